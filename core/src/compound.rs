@@ -1,0 +1,255 @@
+//! Several limits checked all-or-nothing, e.g. 10 per second *and* 1000 per hour.
+//!
+//! # Design: check all, then commit, with exact give-back
+//! A request is first *peeked* against every limit; if any would deny, the request
+//! is denied and nothing is charged anywhere. Otherwise each limit is charged in
+//! turn with its own compare-and-swap. If a concurrent request took the last room
+//! of a later limit in between, the earlier charges are given back:
+//!
+//! * if nothing touched that limit since, its word is restored exactly;
+//! * otherwise the algorithm's inverse is applied: windows subtract the count from
+//!   the window it was added to (exact, counts are additive); the token bucket
+//!   credits `n·T` less the time elapsed since the charge's base instant, read
+//!   after the exact restore failed — with every caller on one monotonic clock this
+//!   never credits more than the charge still weighs, so no limit is ever
+//!   over-admitted. With caller-supplied timestamps (`_at`) the bound holds when the
+//!   racing callers' timestamps are not ahead of this caller's.
+//!
+//! Each limit is charged by its own CAS, so no limit ever admits more than its own
+//! quota under any interleaving; a racing request may see a tentative charge and be
+//! denied although the final outcome would have let it through (a conservative,
+//! transient denial). A double-width word was rejected: it would cap every limit
+//! at 32 bits of state and need 128-bit atomics that loom cannot model.
+//!
+//! The decision reports the *binding* limit: the one with the fewest remaining
+//! units (`remaining` and `limit` from it), the longest `retry_after` and the
+//! longest `reset_after`.
+
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::{ConfigError, InsufficientCapacity};
+use crate::limiter::{Algorithm, Core, PARAM_WORDS};
+use crate::quota::Quota;
+
+/// `N` limits of one algorithm, admitted together or not at all.
+///
+/// ```
+/// use sluicegate::{Compound, Gcra, Quota};
+/// // 2 per second and 3 per minute
+/// let c: Compound<Gcra, 2, ()> =
+///     Compound::with_clock([Quota::per_second(2), Quota::per_minute(3)], ()).unwrap();
+/// assert!(c.check_at(0).allowed);
+/// assert!(c.check_at(0).allowed);
+/// assert!(!c.check_at(0).allowed); // the per-second limit
+/// let sec = 1_000_000_000;
+/// assert!(c.check_at(sec).allowed);
+/// let d = c.check_at(sec);
+/// assert!(!d.allowed); // now the per-minute limit binds
+/// assert_eq!(d.limit, 3);
+/// ```
+#[derive(Debug)]
+pub struct Compound<A, const N: usize, C> {
+    parts: [Core<A>; N],
+    clock: C,
+}
+
+impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
+    /// Builds the limits from `quotas` (at least one), on `clock`.
+    ///
+    /// ```
+    /// # use sluicegate::{Compound, ConfigError, Fixed, Quota};
+    /// let bad = Compound::<Fixed, 2, ()>::with_clock([Quota::per_second(1), Quota::per_second(0)], ());
+    /// assert_eq!(bad.unwrap_err(), ConfigError::Zero { field: "limit" });
+    /// assert!(Compound::<Fixed, 0, ()>::with_clock([], ()).is_err());
+    /// ```
+    pub fn with_clock(quotas: [Quota; N], clock: C) -> Result<Self, ConfigError> {
+        if N == 0 {
+            return Err(ConfigError::Zero { field: "limits" });
+        }
+        let mut words = [[0; PARAM_WORDS]; N];
+        for (slot, q) in words.iter_mut().zip(&quotas) {
+            *slot = A::to_words(&A::params(q)?);
+        }
+        let parts = core::array::from_fn(|i| Core::from_words(words[i]));
+        Ok(Self { parts, clock })
+    }
+
+    /// Admits one unit at `now` if every limit allows.
+    ///
+    /// ```
+    /// # use sluicegate::{Compound, Sliding, Quota};
+    /// let c = Compound::<Sliding, 2, ()>::with_clock([Quota::per_second(1), Quota::per_hour(10)], ()).unwrap();
+    /// assert!(c.check_at(0).allowed);
+    /// ```
+    pub fn check_at(&self, now: u64) -> Decision {
+        self.check_n_at(1, now).unwrap_or(Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after_ns: u64::MAX,
+            reset_after_ns: 0,
+            limit: 0,
+        })
+    }
+
+    /// Admits `n` units at `now` if every limit allows, charging none otherwise.
+    ///
+    /// ```
+    /// # use sluicegate::{Compound, Gcra, Quota};
+    /// let c = Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(10), Quota::per_minute(15)], ()).unwrap();
+    /// assert!(c.check_n_at(10, 0).unwrap().allowed);
+    /// assert!(!c.check_n_at(6, 1_000_000_000).unwrap().allowed); // per-minute has 5
+    /// assert!(c.check_n_at(5, 1_000_000_000).unwrap().allowed);  // and nothing was lost
+    /// assert!(c.check_n_at(11, 0).is_err()); // more than the per-second burst
+    /// ```
+    pub fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, InsufficientCapacity> {
+        self.charge(n, now, || now)
+    }
+
+    /// What [`Self::check_n_at`] would answer, charging nothing.
+    ///
+    /// ```
+    /// # use sluicegate::{Compound, Gcra, Quota};
+    /// let c = Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(10), Quota::per_minute(15)], ()).unwrap();
+    /// assert_eq!(c.peek_n_at(4, 0).unwrap().remaining, 6);
+    /// assert_eq!(c.peek_n_at(4, 0).unwrap().remaining, 6);
+    /// ```
+    pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, InsufficientCapacity> {
+        let mut combined = None;
+        for part in &self.parts {
+            let (step, _) = part.run(now, n, false)?;
+            combined = Some(merge(combined, &step.decision));
+        }
+        Ok(combined.unwrap_or_else(no_limits))
+    }
+
+    /// Changes the quota of limit `index`. An index out of range is a
+    /// [`ConfigError::TooLarge`] for the field `index`.
+    ///
+    /// ```
+    /// # use sluicegate::{Compound, Gcra, Quota};
+    /// let c = Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(1), Quota::per_minute(5)], ()).unwrap();
+    /// c.set_quota(0, &Quota::per_second(5)).unwrap();
+    /// assert_eq!(c.check_n_at(5, 0).unwrap().remaining, 0);
+    /// assert!(c.set_quota(2, &Quota::per_second(5)).is_err());
+    /// ```
+    pub fn set_quota(&self, index: usize, quota: &Quota) -> Result<(), ConfigError> {
+        match self.parts.get(index) {
+            Some(part) => part.set_quota(quota),
+            None => Err(ConfigError::TooLarge {
+                field: "index",
+                max: N.saturating_sub(1) as u64,
+            }),
+        }
+    }
+
+    /// The clock.
+    ///
+    /// ```
+    /// # use sluicegate::{Clock, Compound, Gcra, ManualClock, Quota};
+    /// let c = Compound::<Gcra, 1, _>::with_clock([Quota::per_second(1)], ManualClock::new(2)).unwrap();
+    /// assert_eq!(c.clock().now(), 2);
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn charge(
+        &self,
+        n: u64,
+        now: u64,
+        refund_now: impl Fn() -> u64,
+    ) -> Result<Decision, InsufficientCapacity> {
+        let peeked = self.peek_n_at(n, now)?;
+        if !peeked.allowed || n == 0 {
+            return Ok(peeked);
+        }
+        // (word before, word after) of each charge so far, on the stack.
+        let mut taken = [(0u64, 0u64); N];
+        let mut combined = None;
+        for (i, part) in self.parts.iter().enumerate() {
+            // `n` fit every part during the peek; a concurrent `set_quota` may have
+            // shrunk one since, which is reported like any other error.
+            let charged = part.run(now, n, true);
+            let step = match charged {
+                Ok((step, _)) if step.decision.allowed => step,
+                other => {
+                    for (earlier, &(prev, next)) in self.parts[..i].iter().zip(&taken[..i]) {
+                        earlier.give_back(n, prev, next, &refund_now);
+                    }
+                    return other.map(|(step, _)| merge(combined, &step.decision));
+                }
+            };
+            if let Ok((_, prev)) = charged {
+                taken[i] = (prev, step.next.unwrap_or(prev));
+            }
+            combined = Some(merge(combined, &step.decision));
+        }
+        Ok(combined.unwrap_or_else(no_limits))
+    }
+}
+
+fn merge(acc: Option<Decision>, d: &Decision) -> Decision {
+    match acc {
+        None => *d,
+        Some(a) => {
+            // The binding limit: a denying one first, then the fewest remaining,
+            // then the longest waits.
+            let rank = |x: &Decision| {
+                (
+                    x.allowed,
+                    x.remaining,
+                    u64::MAX - x.retry_after_ns,
+                    u64::MAX - x.reset_after_ns,
+                )
+            };
+            let binding = if rank(d) < rank(&a) { d } else { &a };
+            Decision {
+                allowed: a.allowed && d.allowed,
+                remaining: binding.remaining,
+                retry_after_ns: a.retry_after_ns.max(d.retry_after_ns),
+                reset_after_ns: a.reset_after_ns.max(d.reset_after_ns),
+                limit: binding.limit,
+            }
+        }
+    }
+}
+
+fn no_limits() -> Decision {
+    Decision {
+        allowed: true,
+        remaining: u64::MAX,
+        retry_after_ns: 0,
+        reset_after_ns: 0,
+        limit: u64::MAX,
+    }
+}
+
+impl<A: Algorithm, const N: usize, C: Clock> Compound<A, N, C> {
+    /// Admits one unit now.
+    ///
+    /// ```
+    /// # use sluicegate::{Compound, Gcra, ManualClock, Quota};
+    /// let c = Compound::<Gcra, 1, _>::with_clock([Quota::per_second(1)], ManualClock::new(0)).unwrap();
+    /// assert!(c.check().allowed);
+    /// ```
+    pub fn check(&self) -> Decision {
+        self.check_n(1).unwrap_or(Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after_ns: u64::MAX,
+            reset_after_ns: 0,
+            limit: 0,
+        })
+    }
+
+    /// Admits `n` units now; a give-back reads the clock afresh (see the module docs).
+    ///
+    /// ```
+    /// # use sluicegate::{Compound, Gcra, ManualClock, Quota};
+    /// let c = Compound::<Gcra, 1, _>::with_clock([Quota::per_second(3)], ManualClock::new(0)).unwrap();
+    /// assert_eq!(c.check_n(3).unwrap().remaining, 0);
+    /// ```
+    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        self.charge(n, self.clock.now(), || self.clock.now())
+    }
+}
