@@ -94,6 +94,11 @@ pub use token_bucket::{Gcra, GcraParams, Leaky};
 #[cfg(feature = "std")]
 pub use wait::{Wait, WaitError};
 
+/// The README's Rust snippets, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 macro_rules! alias {
     ($name:ident, $alg:ty, $what:literal) => {
         #[doc = concat!("The ", $what, " on clock `C` (the default clock under `std`).")]
