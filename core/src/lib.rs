@@ -54,6 +54,8 @@
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// Library code never unwraps caller-influenced values (tests may: clippy.toml).
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
