@@ -149,21 +149,23 @@ impl Quota {
         if per_ns == 0.0 {
             return Err(ConfigError::Zero { field: "period" });
         }
-        let interval = (per_ns / rate).ceil();
-        if interval < 1.0 {
-            return Err(ConfigError::TooFast { field: "rate" });
-        }
-        if interval >= u64::MAX as f64 {
+        let exact = per_ns / rate;
+        if exact >= u64::MAX as f64 {
             return Err(ConfigError::TooLarge {
                 field: "period",
                 max: u64::MAX,
             });
         }
-        // Saturating float-to-int casts; both values were range-checked above.
-        let burst = (rate.floor() as u64).max(1);
+        let interval = ceil_u64(exact);
+        if interval < 1 {
+            return Err(ConfigError::TooFast { field: "rate" });
+        }
+        // A float-to-int cast truncates, which is `floor` for a positive rate, and
+        // saturates.
+        let burst = (rate as u64).max(1);
         Ok(Self {
             amount: 1,
-            period_ns: interval as u64,
+            period_ns: interval,
             burst,
         })
     }
@@ -249,5 +251,18 @@ impl Quota {
             return Err(ConfigError::Zero { field: "period" });
         }
         Ok(())
+    }
+}
+
+/// `x.ceil()` for `0 ≤ x < 2⁶⁴`. `f64::ceil` lives in std (it needs libm), and this
+/// crate builds without it.
+fn ceil_u64(x: f64) -> u64 {
+    // Exact: below 2⁵³ the truncated value is representable, above it `x` is
+    // already an integer.
+    let t = x as u64;
+    if (t as f64) < x {
+        t.saturating_add(1)
+    } else {
+        t
     }
 }
