@@ -14,6 +14,12 @@
 //! it was promised a start time that assumed this one, and the freed slot would let
 //! a new request squeeze in between: the rate would be exceeded. So a cancel that
 //! is too late refunds nothing and returns `false`.
+//!
+//! A reservation is refunded at most once, which is why [`Reservation`] is neither
+//! `Copy` nor `Clone` and a successful cancel spends it (`&mut`): the schedule word
+//! alone cannot tell two reservations with the same start apart. After a refund a
+//! new request may be given exactly the freed slot, and a second refund through a
+//! copy of the first reservation would free that new request's slot as well.
 
 use core::time::Duration;
 
@@ -129,7 +135,8 @@ impl Algorithm for Shaping {
     }
 }
 
-/// A granted or refused reservation.
+/// A granted or refused reservation. Not `Clone`: it can be cancelled once (see
+/// the [module docs](self)).
 ///
 /// ```
 /// use sluicegate::{Quota, Shaper};
@@ -140,7 +147,7 @@ impl Algorithm for Shaping {
 /// let second = s.reserve_at(0);
 /// assert_eq!(second.delay().as_millis(), 100);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Reservation {
     decision: Decision,
     delay_ns: u64,
@@ -150,6 +157,18 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// The reservation a shaping step made; `t` is the emission interval.
+    pub(crate) fn from_step(step: &crate::limiter::Step, n: u64, t: u64) -> Self {
+        let end = step.next.unwrap_or(0);
+        Self {
+            decision: step.decision,
+            delay_ns: step.delay_ns,
+            n,
+            base: end.saturating_sub(n.saturating_mul(t)),
+            end,
+        }
+    }
+
     /// Whether the request was scheduled (it must then wait [`Self::delay`]).
     ///
     /// ```
@@ -265,14 +284,20 @@ impl<C> Shaper<C> {
     /// assert!(s.reserve_n_at(11, 0).is_err()); // more than can ever be granted
     /// ```
     pub fn reserve_n_at(&self, n: u64, now: u64) -> Result<Reservation, InsufficientCapacity> {
-        let (step, _) = self.core.run(now, n, true)?;
-        let t = self.core.params().gcra.emission_interval_ns();
-        let end = step.next.unwrap_or(0);
+        let (step, prev) = self.core.run(now, n, true)?;
+        // The slot starts where `decide` put it, at max(F, now) for the word F the
+        // compare-and-swap replaced. Not `end − n·T` with `T` read again: a
+        // `set_quota` racing this call may have changed `T` since the decision, and
+        // a cancel would then give back a different amount than was taken.
+        let (base, end) = match step.next {
+            Some(end) => (prev.max(now), end),
+            None => (0, 0),
+        };
         Ok(Reservation {
             decision: step.decision,
             delay_ns: step.delay_ns,
             n,
-            base: end.saturating_sub(n.saturating_mul(t)),
+            base,
             end,
         })
     }
@@ -291,24 +316,26 @@ impl<C> Shaper<C> {
 
     /// Cancels a granted reservation at `now`. Returns whether it was refunded: only
     /// the latest reservation can be (see the [module docs](self)); a refused or
-    /// already cancelled one returns `false`.
+    /// already cancelled one returns `false`. A refund spends the reservation.
     ///
     /// ```
     /// # use sluicegate::{Quota, Shaper};
     /// let s = Shaper::with_clock(Quota::per_second(1), 10_000_000_000, ()).unwrap();
-    /// let a = s.reserve_at(0);
-    /// let b = s.reserve_at(0);
-    /// assert!(!s.cancel_at(&a, 0)); // b was promised a time that assumed a
-    /// assert!(s.cancel_at(&b, 0));
-    /// assert!(!s.cancel_at(&b, 0)); // only once
-    /// assert_eq!(s.reserve_at(0).delay_ns(), 1_000_000_000); // b's slot is free again
+    /// let mut a = s.reserve_at(0);
+    /// let mut b = s.reserve_at(0);
+    /// assert!(!s.cancel_at(&mut a, 0)); // b was promised a time that assumed a
+    /// assert!(s.cancel_at(&mut b, 0));
+    /// let c = s.reserve_at(0);
+    /// assert_eq!(c.delay_ns(), 1_000_000_000); // b's slot was free again
+    /// assert!(!s.cancel_at(&mut b, 0)); // only once: c keeps that slot
     /// ```
-    pub fn cancel_at(&self, reservation: &Reservation, now: u64) -> bool {
+    pub fn cancel_at(&self, reservation: &mut Reservation, now: u64) -> bool {
         let _ = now; // the refund is exact; time matters only through `base`
         if !reservation.granted() || reservation.n == 0 {
             return false;
         }
-        self.core
+        let refunded = self
+            .core
             .word
             .compare_exchange(
                 reservation.end,
@@ -316,7 +343,11 @@ impl<C> Shaper<C> {
                 order::CAS_OK,
                 order::CAS_ERR,
             )
-            .is_ok()
+            .is_ok();
+        if refunded {
+            reservation.n = 0;
+        }
+        refunded
     }
 
     /// Changes the rate and burst (the max delay is kept); the schedule carries
@@ -379,7 +410,11 @@ impl<C: Copy> Shaper<C> {
     /// };
     /// assert!(S.reserve_at(0).granted());
     /// ```
-    pub const fn with_clock_const(quota: Quota, max_delay_ns: u64, clock: C) -> Result<Self, ConfigError> {
+    pub const fn with_clock_const(
+        quota: Quota,
+        max_delay_ns: u64,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
         match ShaperParams::new(&quota, max_delay_ns) {
             Ok(p) => Ok(Self {
                 core: Core::from_words(p.words()),
@@ -418,10 +453,11 @@ impl<C: Clock> Shaper<C> {
     /// ```
     /// # use sluicegate::{ManualClock, Quota, Shaper};
     /// let s = Shaper::with_clock(Quota::per_second(1), 0, ManualClock::new(0)).unwrap();
-    /// let r = s.reserve();
-    /// assert!(s.cancel(&r));
+    /// let mut r = s.reserve();
+    /// assert!(s.cancel(&mut r));
+    /// assert!(!s.cancel(&mut r));
     /// ```
-    pub fn cancel(&self, reservation: &Reservation) -> bool {
+    pub fn cancel(&self, reservation: &mut Reservation) -> bool {
         self.cancel_at(reservation, self.clock.now())
     }
 }

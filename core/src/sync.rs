@@ -7,8 +7,56 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
+/// Keyed-table slots swap a fingerprint and a state word together. Native
+/// `cmpxchg16b` on x86-64 (detected at run time), `casp`/`ldxp` on AArch64,
+/// portable-atomic's fallback elsewhere.
+#[cfg(not(loom))]
+pub(crate) use portable_atomic::AtomicU128;
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::{fence, AtomicU64, Ordering};
+
+/// Loom has no 128-bit atomic. Under the model a mutex-protected cell stands in:
+/// every operation is one atomic step of the model, which is exactly the
+/// atomicity the real instruction gives (orderings are modelled as sequentially
+/// consistent, i.e. the model checks the algorithm, not the fences, of this cell).
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
+
+#[cfg(loom)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+impl AtomicU128 {
+    pub(crate) fn new(v: u128) -> Self {
+        Self(loom::sync::Mutex::new(v))
+    }
+    pub(crate) fn load(&self, _: Ordering) -> u128 {
+        *self.0.lock().unwrap()
+    }
+    pub(crate) fn store(&self, v: u128, _: Ordering) {
+        *self.0.lock().unwrap() = v;
+    }
+    pub(crate) fn compare_exchange(
+        &self,
+        current: u128,
+        new: u128,
+        _: Ordering,
+        _: Ordering,
+    ) -> Result<u128, u128> {
+        let mut g = self.0.lock().unwrap();
+        if *g == current {
+            *g = new;
+            Ok(current)
+        } else {
+            Err(*g)
+        }
+    }
+    pub(crate) fn fetch_and(&self, v: u128, _: Ordering) -> u128 {
+        let mut g = self.0.lock().unwrap();
+        let old = *g;
+        *g = old & v;
+        old
+    }
+}
 
 /// Memory orderings, chosen here once.
 ///
@@ -37,4 +85,16 @@ pub(crate) fn spin_loop() {
     loom::thread::yield_now();
     #[cfg(not(loom))]
     core::hint::spin_loop();
+}
+
+/// A small per-thread number (0, 1, 2, … in order of first use), so threads can
+/// pick a stripe without touching shared state after the first call.
+#[cfg(all(feature = "std", not(loom)))]
+pub(crate) fn thread_index() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i)
 }

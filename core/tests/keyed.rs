@@ -1,0 +1,214 @@
+//! Keyed tables against a model (a map of single limiters), under floods, and
+//! under threads.
+#![cfg(feature = "std")]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use sluicegate::keyed::{FullPolicy, Keyed, KeyedLimiter};
+use sluicegate::{Algorithm, Fixed, Gcra, Limiter, Quota, Sliding};
+
+fn fixed_hasher(seed: u64) -> foldhash::fast::FixedState {
+    foldhash::fast::FixedState::with_seed(seed)
+}
+
+/// Replays `ops` through a keyed table and through one single limiter per key;
+/// with room for every key, every decision must be identical.
+fn same_as_map_of_limiters<A: Algorithm>(quota: Quota, ops: &[(u8, u64, u64, bool)]) {
+    let table =
+        Keyed::<A, (), _, _>::with_capacity_and_hasher(quota, 4096, fixed_hasher(9), ()).unwrap();
+    let mut model: HashMap<u8, Limiter<A, ()>> = HashMap::new();
+    let mut now = 0u64;
+    for &(key, dt, n, consume) in ops {
+        now = now.saturating_add(dt);
+        let reference = model
+            .entry(key)
+            .or_insert_with(|| Limiter::from_params(A::params(&quota).unwrap(), ()));
+        let (got, want) = if consume {
+            (table.check_n_at(&key, n, now), reference.check_n_at(n, now))
+        } else {
+            (table.peek_n_at(&key, n, now), reference.peek_n_at(n, now))
+        };
+        assert_eq!(got, want, "key {key} n {n} at {now} (consume {consume})");
+    }
+}
+
+fn ops() -> impl Strategy<Value = Vec<(u8, u64, u64, bool)>> {
+    prop::collection::vec(
+        (
+            0u8..24,
+            prop_oneof![Just(0u64), 0u64..50_000_000, 0u64..3_000_000_000],
+            0u64..7,
+            prop::bool::weighted(0.85),
+        ),
+        1..200,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 2 } else { 96 }, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn token_bucket_table_matches_per_key_limiters(ops in ops()) {
+        same_as_map_of_limiters::<Gcra>(Quota::per_second(4).burst(5), &ops);
+    }
+
+    #[test]
+    fn fixed_window_table_matches_per_key_limiters(ops in ops()) {
+        same_as_map_of_limiters::<Fixed>(Quota::per_second(6), &ops);
+    }
+
+    #[test]
+    fn sliding_window_table_matches_per_key_limiters(ops in ops()) {
+        same_as_map_of_limiters::<Sliding>(Quota::per_second(6), &ops);
+    }
+}
+
+/// A one-group table (8 slots, probing only itself) with 8 live keys: the
+/// policies decide what the 9th key gets.
+fn full_table(
+    policy: FullPolicy,
+) -> Keyed<Gcra, (), Box<[sluicegate::keyed::Group]>, foldhash::fast::FixedState> {
+    let t = Keyed::<Gcra, (), _, _>::with_capacity_and_hasher(
+        Quota::per_minute(1),
+        8,
+        fixed_hasher(1),
+        (),
+    )
+    .unwrap()
+    .with_policy(policy);
+    for k in 0..8u32 {
+        assert!(t.check_at(&k, k as u64).allowed);
+    }
+    assert_eq!(t.len_at(10), 8);
+    t
+}
+
+#[test]
+fn full_table_reject_keeps_every_tracked_key() {
+    let t = full_table(FullPolicy::Reject);
+    let d = t.check_at(&100u32, 10);
+    assert!(!d.allowed);
+    // The stalest entry (key 0, charged at t = 0) frees first: 60 s after it.
+    assert_eq!(d.retry_after_ns, 60_000_000_000 - 10);
+    for k in 0..8u32 {
+        assert!(!t.check_at(&k, 10).allowed, "key {k} lost its state");
+    }
+    assert_eq!(t.stats().rejected, 1);
+    // Once key 0's bucket is full again, its slot is reused losslessly.
+    assert!(t.check_at(&100u32, 60_000_000_000).allowed);
+    assert_eq!(t.stats().reused, 1);
+}
+
+#[test]
+fn full_table_allow_unlimited_tracks_nothing_new() {
+    let t = full_table(FullPolicy::AllowUnlimited);
+    assert!(t.check_at(&100u32, 10).allowed);
+    assert!(t.check_at(&100u32, 10).allowed); // untracked: not limited
+    assert_eq!(t.stats().unlimited, 2);
+    for k in 0..8u32 {
+        assert!(!t.check_at(&k, 10).allowed);
+    }
+}
+
+#[test]
+fn full_table_evicts_the_stalest() {
+    let t = full_table(FullPolicy::EvictStalest);
+    assert!(t.check_at(&100u32, 10).allowed);
+    assert!(!t.check_at(&100u32, 10).allowed); // now tracked
+    assert_eq!(t.stats().evicted, 1);
+    // Key 0 was the stalest (closest to full): it starts over.
+    assert!(t.check_at(&0u32, 11).allowed);
+}
+
+#[test]
+fn fresh_slots_are_reused_so_memory_never_grows() {
+    // 64 slots, 10 000 distinct keys over time, each idle long enough to go fresh.
+    let t = Keyed::<Gcra, (), _, _>::with_capacity_and_hasher(
+        Quota::per_second(1),
+        64,
+        fixed_hasher(5),
+        (),
+    )
+    .unwrap()
+    .with_policy(FullPolicy::Reject);
+    for k in 0..10_000u64 {
+        let now = k * 1_000_000_000; // one key per second: the previous ones are full again
+        assert!(t.check_at(&k, now).allowed);
+        assert!(!t.check_at(&k, now).allowed);
+    }
+    let s = t.stats();
+    assert_eq!(s.rejected, 0);
+    assert_eq!(s.inserted + s.reused, 10_000);
+    assert!(s.inserted <= 64);
+}
+
+#[test]
+fn adversarial_keys_do_not_stay_in_one_group() {
+    // Keys that all land in group 0 under one seed...
+    let a = Keyed::<Gcra, (), _, _>::with_capacity_and_hasher(
+        Quota::per_minute(1),
+        1024,
+        fixed_hasher(77),
+        (),
+    )
+    .unwrap()
+    .with_policy(FullPolicy::Reject);
+    // The attacker's best case: it knows the seed and searches for keys whose
+    // hash picks group 0.
+    let crafted: Vec<u64> = (0u64..).filter(|&k| in_group_zero(k)).take(64).collect();
+    // ...overflow that group's window under that seed:
+    let rejected = crafted
+        .iter()
+        .filter(|k| !a.check_at(*k, 0).allowed)
+        .count();
+    assert!(rejected >= 64 - 16, "only {rejected} rejected");
+    // ...but a table with its own random seed spreads them: none is rejected.
+    let b = KeyedLimiter::<Gcra, ()>::with_clock(Quota::per_minute(1), 1024, ())
+        .unwrap()
+        .with_policy(FullPolicy::Reject);
+    let rejected = crafted
+        .iter()
+        .filter(|k| !b.check_at(*k, 0).allowed)
+        .count();
+    assert_eq!(rejected, 0, "random seed still let crafted keys collide");
+}
+
+/// Whether `key` hashes to group 0 of a 128-group table with seed 77 (the same
+/// multiply-shift the table uses).
+fn in_group_zero(key: u64) -> bool {
+    use std::hash::BuildHasher;
+    let h = fixed_hasher(77).hash_one(key);
+    ((h as u128 * 128) >> 64) == 0
+}
+
+#[test]
+fn threads_never_over_admit_a_key() {
+    let t =
+        Arc::new(KeyedLimiter::<Gcra, ()>::with_clock(Quota::per_minute(50), 1 << 12, ()).unwrap());
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..64).map(|_| AtomicU64::new(0)).collect());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let t = t.clone();
+            let admitted = admitted.clone();
+            std::thread::spawn(move || {
+                for round in 0..200u64 {
+                    for key in 0..64u64 {
+                        if t.check_at(&key, round).allowed {
+                            admitted[key as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().unwrap();
+    }
+    // 4 threads × 200 tries per key within 200 ns: exactly the burst each.
+    for (key, a) in admitted.iter().enumerate() {
+        assert_eq!(a.load(Ordering::Relaxed), 50, "key {key}");
+    }
+}

@@ -1,0 +1,48 @@
+//! The leaky bucket meter: pours racing into one bucket at a fixed time never
+//! overflow it, none is lost, and a pour that does not fit spills nothing.
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use sluicegate::{LeakyBucket, Quota};
+use sluicegate_loom_tests::{assert_linearizable, race, Op, Reference};
+
+const SEC: u64 = 1_000_000_000;
+const NOW: u64 = 7 * SEC;
+
+fn bucket(quota: Quota) -> Arc<LeakyBucket<()>> {
+    match LeakyBucket::with_clock(quota, ()) {
+        Ok(lb) => Arc::new(lb),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn pour(n: u64) -> Op {
+    Op::Check { n, now: NOW }
+}
+
+#[test]
+fn three_pours_into_room_for_two() {
+    loom::model(|| {
+        let lb = bucket(Quota::per_second(2));
+        let before = Reference::of(&*lb);
+        let h = race(&lb, vec![vec![pour(1)], vec![pour(1)], vec![pour(1)]]);
+        assert_eq!(assert_linearizable(&before, &h, &*lb), 2);
+        assert_eq!(lb.level_at(NOW), 2);
+    });
+}
+
+#[test]
+fn an_overflowing_pour_spills_nothing() {
+    loom::model(|| {
+        // Capacity 3, level 2: a pour of 2 never fits, a pour of 1 always does.
+        let lb = bucket(Quota::per_second(3));
+        assert!(lb.check_n_at(2, NOW).is_ok_and(|d| d.allowed));
+        let before = Reference::of(&*lb);
+        let h = race(&lb, vec![vec![pour(2)], vec![pour(1), pour(1)]]);
+        assert!(!h[0][0].1.admitted());
+        assert!(h[1][0].1.admitted());
+        assert!(!h[1][1].1.admitted());
+        assert_eq!(assert_linearizable(&before, &h, &*lb), 1);
+        assert_eq!(lb.level_at(NOW), 3);
+    });
+}

@@ -1,0 +1,76 @@
+//! The sliding window counter: racing checks never push the estimate past the
+//! limit, none is lost, a denial leaves both counts alone, and checks that roll
+//! the window forward race cleanly with checks in it.
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use sluicegate::{Quota, SlidingWindow};
+use sluicegate_loom_tests::{assert_linearizable, race, Op, Reference};
+
+const SEC: u64 = 1_000_000_000;
+
+fn window(quota: Quota) -> Arc<SlidingWindow<()>> {
+    match SlidingWindow::with_clock(quota, ()) {
+        Ok(w) => Arc::new(w),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn check(n: u64, now: u64) -> Op {
+    Op::Check { n, now }
+}
+
+#[test]
+fn three_threads_share_the_one_unit_left() {
+    loom::model(|| {
+        // 2 in window 0; halfway through window 1 they weigh ⌊2 · 1/2⌋ = 1.
+        let w = window(Quota::per_second(2));
+        assert!(w.check_n_at(2, SEC / 2).is_ok_and(|d| d.allowed));
+        let before = Reference::of(&*w);
+        let at = SEC + SEC / 2;
+        let h = race(
+            &w,
+            vec![vec![check(1, at)], vec![check(1, at)], vec![check(1, at)]],
+        );
+        assert_eq!(assert_linearizable(&before, &h, &*w), 1);
+    });
+}
+
+#[test]
+fn a_rollover_races_checks_in_the_old_window() {
+    loom::model(|| {
+        let w = window(Quota::per_second(3));
+        assert!(w.check_n_at(2, SEC / 2).is_ok_and(|d| d.allowed));
+        let before = Reference::of(&*w);
+        // Thread 0 checks late in window 0 and then in window 1; thread 1 checks a
+        // quarter into window 1 (window 0 still weighs 3/4 of its count).
+        let h = race(
+            &w,
+            vec![
+                vec![check(1, SEC - 1), check(1, 2 * SEC - 1)],
+                vec![check(2, SEC + SEC / 4)],
+            ],
+        );
+        assert_linearizable(&before, &h, &*w);
+    });
+}
+
+#[test]
+fn denials_leave_the_word_unchanged() {
+    loom::model(|| {
+        let w = window(Quota::per_second(2));
+        assert!(w.check_n_at(2, SEC / 2).is_ok_and(|d| d.allowed));
+        let full = w.state_word();
+        let before = Reference::of(&*w);
+        let h = race(
+            &w,
+            vec![
+                vec![check(1, SEC - 1)],
+                vec![check(2, SEC / 2)],
+                vec![Op::Peek { n: 1, now: SEC / 2 }],
+            ],
+        );
+        assert_eq!(assert_linearizable(&before, &h, &*w), 0);
+        assert_eq!(w.state_word(), full);
+    });
+}
