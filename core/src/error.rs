@@ -57,7 +57,10 @@ impl fmt::Display for ConfigError {
             Self::NotFinite { field } => write!(f, "{field} must be a finite number"),
             Self::Negative { field } => write!(f, "{field} must not be negative"),
             Self::TooLarge { field, max } => {
-                write!(f, "{field} is too large for this limiter: the maximum is {max}")
+                write!(
+                    f,
+                    "{field} is too large for this limiter: the maximum is {max}"
+                )
             }
             Self::TooFast { field } => write!(
                 f,

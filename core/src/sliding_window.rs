@@ -138,7 +138,10 @@ impl View {
         let (w128, start) = (w as u128, self.index as u128 * w as u128);
         // Smallest elapsed e with ⌊count·(W − e)/W⌋ ≤ k, i.e. count·(W − e) < (k + 1)·W.
         let earliest = |count: u64, k: u64| -> u128 {
-            let bound = ((k as u128 + 1) * w128 - 1) / count.max(1) as u128;
+            if count == 0 {
+                return 0; // an empty window weighs nothing at any elapsed time
+            }
+            let bound = ((k as u128 + 1) * w128 - 1) / count as u128;
             w128.saturating_sub(bound)
         };
         if self.cur > x {

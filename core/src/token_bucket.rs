@@ -131,11 +131,11 @@ impl GcraParams {
         let new_f = base as u128 + need;
         if delay <= slack_ns as u128 && new_f <= u64::MAX as u128 {
             let new_debt = debt + need;
-            let remaining = (tau + slack_ns as u128).saturating_sub(new_debt) / t;
+            let remaining = room(tau + slack_ns as u128, new_debt, new_f, t);
             Step {
                 decision: Decision {
                     allowed: true,
-                    remaining: remaining as u64,
+                    remaining,
                     retry_after_ns: 0,
                     reset_after_ns: new_debt as u64,
                     limit: self.burst,
@@ -144,7 +144,7 @@ impl GcraParams {
                 delay_ns: delay as u64,
             }
         } else {
-            let remaining = (tau + slack_ns as u128).saturating_sub(debt) / t;
+            let remaining = room(tau + slack_ns as u128, debt, base as u128, t);
             // Past the end of time the retry is "never": saturate.
             let retry = if new_f > u64::MAX as u128 {
                 u64::MAX as u128
@@ -154,7 +154,7 @@ impl GcraParams {
             Step {
                 decision: Decision {
                     allowed: false,
-                    remaining: remaining as u64,
+                    remaining,
                     retry_after_ns: retry.min(u64::MAX as u128) as u64,
                     reset_after_ns: debt as u64,
                     limit: self.burst,
@@ -175,6 +175,16 @@ impl GcraParams {
         let credit = spent.saturating_sub(drained);
         word.saturating_sub(credit)
     }
+}
+
+/// Units that fit in a bucket of `size` ns holding `debt` ns whose schedule clears
+/// at `end`: limited by the bucket, and by the end of time (a unit whose schedule
+/// would pass `u64::MAX` is denied, so it is not remaining either).
+#[inline]
+fn room(size: u128, debt: u128, end: u128, t: u128) -> u64 {
+    // ⌊min(a, b) / t⌋ = min(⌊a / t⌋, ⌊b / t⌋): one division on the hot path.
+    let ns = size.saturating_sub(debt).min(u64::MAX as u128 - end);
+    (ns / t) as u64
 }
 
 /// The token bucket (GCRA) algorithm: see the [module docs](self).

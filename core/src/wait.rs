@@ -132,7 +132,11 @@ fn next_pause(d: &Decision, deadline: Option<Instant>) -> Result<Duration, WaitE
     // Never spin: even a 0 ns retry (a lost race) waits a microsecond.
     let pause = d.retry_after().max(Duration::from_micros(1));
     match deadline {
-        Some(deadline) if Instant::now().checked_add(pause).is_none_or(|t| t > deadline) => {
+        Some(deadline)
+            if Instant::now()
+                .checked_add(pause)
+                .is_none_or(|t| t > deadline) =>
+        {
             Err(WaitError::Timeout(*d))
         }
         _ => Ok(pause),

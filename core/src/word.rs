@@ -118,7 +118,16 @@ mod tests {
         assert_eq!(Layout::new(sec, 1).unwrap().max_count(), 536_870_911);
         assert_eq!(Layout::new(sec, 2).unwrap().max_count(), 16_383);
         assert_eq!(Layout::new(60 * sec, 2).unwrap().max_count(), 131_071);
-        assert_eq!(Layout::new(1, 1), Err(ConfigError::TooLarge { field: "limit", max: 0 }));
-        assert_eq!(Layout::new(0, 1), Err(ConfigError::Zero { field: "window" }));
+        assert_eq!(
+            Layout::new(1, 1),
+            Err(ConfigError::TooLarge {
+                field: "limit",
+                max: 0
+            })
+        );
+        assert_eq!(
+            Layout::new(0, 1),
+            Err(ConfigError::Zero { field: "window" })
+        );
     }
 }

@@ -15,7 +15,11 @@ fn blocking_wait_sleeps_until_admitted() {
     let d = tb.wait_n(1, Duration::from_secs(5)).unwrap();
     assert!(d.allowed);
     // One token takes 20 ms to come back; the wait cannot have returned before.
-    assert!(started.elapsed() >= Duration::from_millis(15), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(15),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -63,7 +67,10 @@ async fn async_wait_does_not_block_the_executor() {
     assert!(d.allowed);
     assert!(waited >= Duration::from_millis(50), "{waited:?}");
     // On a single-threaded runtime the ticker only ran if the wait yielded.
-    assert!(ticks.load(Ordering::Relaxed) >= 5, "ticker starved: {ticks:?}");
+    assert!(
+        ticks.load(Ordering::Relaxed) >= 5,
+        "ticker starved: {ticks:?}"
+    );
     ticker.abort();
 }
 

@@ -1,0 +1,549 @@
+//! Bad input: every invalid configuration is a typed error naming the field and
+//! the bound; every hostile call (cost above capacity, time at the end of `u64`,
+//! huge jumps either way) is an error or a conservative decision — never a panic,
+//! never an extra admission.
+
+mod model;
+
+use core::time::Duration;
+
+use model::{window_max_count, LOG_MAX_CAPACITY, NEVER};
+use proptest::prelude::*;
+use sluicegate::{
+    Compound, ConfigError, Decision, Fixed, FixedWindow, Gcra, InsufficientCapacity, LeakyBucket,
+    Quota, Shaper, SlidingLog, SlidingWindow, TokenBucket,
+};
+
+const SEC: Duration = Duration::from_secs(1);
+
+#[test]
+fn fractional_rates_reject_nan_infinite_negative_and_zero() {
+    for rate in [f64::NAN, -f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        assert_eq!(
+            Quota::from_rate(rate, SEC),
+            Err(ConfigError::NotFinite { field: "rate" }),
+            "{rate}"
+        );
+    }
+    for rate in [-1.0, -1e-300, -f64::MAX, -f64::MIN_POSITIVE] {
+        assert_eq!(
+            Quota::from_rate(rate, SEC),
+            Err(ConfigError::Negative { field: "rate" }),
+            "{rate}"
+        );
+    }
+    for rate in [0.0, -0.0] {
+        assert_eq!(
+            Quota::from_rate(rate, SEC),
+            Err(ConfigError::Zero { field: "rate" })
+        );
+    }
+    assert_eq!(
+        Quota::from_rate(1.0, Duration::ZERO),
+        Err(ConfigError::Zero { field: "period" })
+    );
+    // So slow that one unit takes longer than u64 nanoseconds.
+    for (rate, per) in [
+        (1e-300, SEC),
+        (f64::MIN_POSITIVE, SEC),
+        (0.5, Duration::MAX),
+    ] {
+        assert_eq!(
+            Quota::from_rate(rate, per),
+            Err(ConfigError::TooLarge {
+                field: "period",
+                max: u64::MAX
+            }),
+            "{rate} per {per:?}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(model::config(512))]
+
+    /// A valid fractional rate is never faster than asked: one unit per
+    /// ⌈per / rate⌉ ns, and a burst of ⌊rate⌋ (at least one).
+    #[test]
+    fn fractional_rates_round_towards_slower(rate in 1e-9f64..1e12, per_ms in 1u64..100_000_000) {
+        let per = Duration::from_millis(per_ms);
+        let exact = per.as_nanos() as f64 / rate;
+        match Quota::from_rate(rate, per) {
+            Ok(q) => {
+                prop_assert_eq!(q.amount(), 1);
+                prop_assert!(q.period_ns() as f64 >= exact && q.period_ns() >= 1, "{:?} for {}", q, exact);
+                prop_assert!((q.period_ns() as f64) < exact + 1.0 || exact < 1.0);
+                prop_assert_eq!(q.burst_size(), (rate.floor() as u64).max(1));
+            }
+            Err(e) => prop_assert!(exact >= u64::MAX as f64, "{:?} for {}", e, exact),
+        }
+    }
+}
+
+#[test]
+fn zero_amount_period_and_burst_are_named() {
+    let zero_amount = Quota::per_second(0);
+    let zero_period = Quota::from_nanos(1, 0);
+    let zero_burst = Quota::per_second(5).burst(0);
+    assert_eq!(
+        TokenBucket::with_clock(zero_amount, ()).unwrap_err(),
+        ConfigError::Zero { field: "amount" }
+    );
+    assert_eq!(
+        LeakyBucket::with_clock(zero_period, ()).unwrap_err(),
+        ConfigError::Zero { field: "period" }
+    );
+    assert_eq!(
+        TokenBucket::with_clock(zero_burst, ()).unwrap_err(),
+        ConfigError::Zero { field: "burst" }
+    );
+    assert_eq!(
+        Shaper::with_clock(zero_burst, 10, ()).unwrap_err(),
+        ConfigError::Zero { field: "burst" }
+    );
+    assert_eq!(
+        TokenBucket::with_clock(Quota::with_period(Duration::ZERO), ()).unwrap_err(),
+        ConfigError::Zero { field: "period" }
+    );
+    assert_eq!(
+        TokenBucket::with_clock(Quota::from_nanos(2, 1), ()).unwrap_err(),
+        ConfigError::TooFast { field: "amount" }
+    );
+
+    assert_eq!(
+        FixedWindow::with_clock(zero_amount, ()).unwrap_err(),
+        ConfigError::Zero { field: "limit" }
+    );
+    assert_eq!(
+        SlidingWindow::with_clock(zero_amount, ()).unwrap_err(),
+        ConfigError::Zero { field: "limit" }
+    );
+    assert_eq!(
+        SlidingLog::with_clock(zero_amount, ()).unwrap_err(),
+        ConfigError::Zero { field: "limit" }
+    );
+    assert_eq!(
+        FixedWindow::with_clock(zero_period, ()).unwrap_err(),
+        ConfigError::Zero { field: "window" }
+    );
+    assert_eq!(
+        SlidingWindow::with_clock(zero_period, ()).unwrap_err(),
+        ConfigError::Zero { field: "window" }
+    );
+    assert_eq!(
+        SlidingLog::with_clock(zero_period, ()).unwrap_err(),
+        ConfigError::Zero { field: "window" }
+    );
+    assert_eq!(
+        SlidingLog::with_capacity(Quota::per_second(1), 0, ()).unwrap_err(),
+        ConfigError::Zero { field: "capacity" }
+    );
+    assert_eq!(
+        Compound::<Gcra, 0, ()>::with_clock([], ()).unwrap_err(),
+        ConfigError::Zero { field: "limits" }
+    );
+    assert_eq!(
+        Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(1), zero_burst], ()).unwrap_err(),
+        ConfigError::Zero { field: "burst" }
+    );
+}
+
+#[test]
+fn bursts_too_large_for_the_word_give_the_exact_maximum() {
+    for period in [1u64, 3, 1_000_000_000, 86_400_000_000_000, u64::MAX] {
+        for amount in [1u64, 3, 7] {
+            if amount > period {
+                continue;
+            }
+            let t = period.div_ceil(amount);
+            let max = u64::MAX / t;
+            let q = Quota::from_nanos(amount, period);
+            if max < u64::MAX {
+                assert_eq!(
+                    TokenBucket::with_clock(q.burst(max + 1), ()).unwrap_err(),
+                    ConfigError::TooLarge {
+                        field: "burst",
+                        max
+                    },
+                    "period {period} amount {amount}"
+                );
+                assert_eq!(
+                    Shaper::with_clock(q.burst(u64::MAX), 0, ()).unwrap_err(),
+                    ConfigError::TooLarge {
+                        field: "burst",
+                        max
+                    }
+                );
+            }
+            // The maximum itself works, and a full bucket admits all of it at once.
+            let tb = TokenBucket::with_clock(q.burst(max), ()).unwrap();
+            let d = tb.check_n_at(max, 0).unwrap();
+            assert!(d.allowed && d.remaining == 0, "{d:?}");
+            assert!(!tb.check_at(0).allowed);
+        }
+    }
+}
+
+#[test]
+fn limits_too_large_for_the_layout_give_the_exact_maximum() {
+    // The documented figures.
+    assert_eq!(window_max_count(1_000_000_000, 1), 536_870_911);
+    assert_eq!(window_max_count(1_000_000_000, 2), 16_383);
+    assert_eq!(window_max_count(60_000_000_000, 2), 131_071);
+    assert_eq!(window_max_count(3_600_000_000_000, 2), 1_048_575);
+    for window in [
+        1u64,
+        2,
+        3,
+        4,
+        1_000,
+        1_000_000_000,
+        60_000_000_000,
+        1 << 40,
+        u64::MAX / 2,
+        u64::MAX,
+    ] {
+        for (counts, name) in [(1, "fixed"), (2, "sliding")] {
+            let max = window_max_count(window, counts);
+            let build = |limit: u64| {
+                let q = Quota::from_nanos(limit, window);
+                if counts == 1 {
+                    FixedWindow::with_clock(q, ()).map(|w| w.capacity())
+                } else {
+                    SlidingWindow::with_clock(q, ()).map(|w| w.capacity())
+                }
+            };
+            if max == 0 {
+                assert_eq!(
+                    build(1),
+                    Err(ConfigError::TooLarge {
+                        field: "limit",
+                        max: 0
+                    }),
+                    "{name} {window}"
+                );
+                continue;
+            }
+            assert_eq!(build(max), Ok(max), "{name} {window}");
+            assert_eq!(
+                build(max + 1),
+                Err(ConfigError::TooLarge {
+                    field: "limit",
+                    max
+                }),
+                "{name} {window}"
+            );
+            assert_eq!(
+                build(u64::MAX),
+                Err(ConfigError::TooLarge {
+                    field: "limit",
+                    max
+                })
+            );
+        }
+    }
+}
+
+#[test]
+fn full_counts_at_the_last_window_of_time_stay_in_their_field() {
+    for window in [3u64, 1_000_000_000, u64::MAX / 3, u64::MAX] {
+        let max = window_max_count(window, 1);
+        let w = FixedWindow::with_clock(Quota::from_nanos(max, window), ()).unwrap();
+        assert!(w.check_n_at(max, u64::MAX).unwrap().allowed);
+        let d = w.check_at(u64::MAX);
+        assert!(!d.allowed && d.remaining == 0, "{window}: {d:?}");
+        assert!(!w.check_at(0).allowed, "{window}: the clock went back to 0");
+
+        let max = window_max_count(window, 2);
+        if max == 0 {
+            continue;
+        }
+        let w = SlidingWindow::with_clock(Quota::from_nanos(max, window), ()).unwrap();
+        let last = (u64::MAX / window) * window; // the last window's start
+        assert!(w.check_n_at(max, last.saturating_sub(1)).unwrap().allowed || last == 0);
+        assert!(w.check_n_at(max, u64::MAX).unwrap().remaining <= max);
+        assert!(!w.check_at(0).allowed || last == 0 && window == u64::MAX);
+    }
+}
+
+#[test]
+fn logs_too_large_give_the_exact_maximum() {
+    let big = Quota::per_second(LOG_MAX_CAPACITY + 1);
+    assert_eq!(
+        SlidingLog::with_clock(big, ()).unwrap_err(),
+        ConfigError::TooLarge {
+            field: "limit",
+            max: LOG_MAX_CAPACITY
+        }
+    );
+    assert_eq!(
+        SlidingLog::with_capacity(Quota::per_second(1), LOG_MAX_CAPACITY + 1, ()).unwrap_err(),
+        ConfigError::TooLarge {
+            field: "capacity",
+            max: LOG_MAX_CAPACITY
+        }
+    );
+    assert_eq!(
+        SlidingLog::with_capacity(Quota::per_second(9), 8, ()).unwrap_err(),
+        ConfigError::TooLarge {
+            field: "limit",
+            max: 8
+        }
+    );
+    let log = SlidingLog::with_capacity(Quota::per_second(2), 4, ()).unwrap();
+    assert_eq!(
+        log.set_quota(&Quota::per_second(5)),
+        Err(ConfigError::TooLarge {
+            field: "limit",
+            max: 4
+        })
+    );
+    assert_eq!(
+        log.set_quota(&Quota::from_nanos(1, 0)),
+        Err(ConfigError::Zero { field: "window" })
+    );
+    assert!(log.check_n_at(2, 0).unwrap().allowed);
+    assert!(
+        !log.check_at(0).allowed,
+        "a rejected set_quota changed nothing"
+    );
+}
+
+#[test]
+fn rejected_reconfiguration_changes_nothing() {
+    let tb = TokenBucket::with_clock(Quota::per_second(2), ()).unwrap();
+    assert!(tb.check_at(0).allowed);
+    for bad in [
+        Quota::per_second(0),
+        Quota::from_nanos(1, 0),
+        Quota::per_second(2).burst(0),
+        Quota::from_nanos(2, 1),
+    ] {
+        assert!(tb.set_quota(&bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(tb.check_at(0).remaining, 0);
+    assert!(!tb.check_at(0).allowed);
+
+    let w = FixedWindow::with_clock(Quota::per_second(2), ()).unwrap();
+    assert_eq!(
+        w.set_quota(&Quota::per_minute(2)),
+        Err(ConfigError::Immutable { field: "window" })
+    );
+    assert_eq!(
+        w.set_quota(&Quota::per_second(1 << 40)),
+        Err(ConfigError::TooLarge {
+            field: "limit",
+            max: 536_870_911
+        })
+    );
+    let s = SlidingWindow::with_clock(Quota::per_second(2), ()).unwrap();
+    assert_eq!(
+        s.set_quota(&Quota::per_minute(2)),
+        Err(ConfigError::Immutable { field: "window" })
+    );
+    assert_eq!(
+        s.set_quota(&Quota::per_second(0)),
+        Err(ConfigError::Zero { field: "limit" })
+    );
+    let c = Compound::<Fixed, 2, ()>::with_clock([Quota::per_second(2), Quota::per_minute(5)], ())
+        .unwrap();
+    assert_eq!(
+        c.set_quota(2, &Quota::per_second(2)),
+        Err(ConfigError::TooLarge {
+            field: "index",
+            max: 1
+        })
+    );
+    assert_eq!(
+        c.set_quota(usize::MAX, &Quota::per_second(2)),
+        Err(ConfigError::TooLarge {
+            field: "index",
+            max: 1
+        })
+    );
+    for _ in 0..2 {
+        assert!(w.check_at(0).allowed && s.check_at(0).allowed && c.check_at(0).allowed);
+    }
+    assert!(!w.check_at(0).allowed && !s.check_at(0).allowed && !c.check_at(0).allowed);
+}
+
+fn over(requested: u64, capacity: u64) -> Result<Decision, InsufficientCapacity> {
+    Err(InsufficientCapacity {
+        requested,
+        capacity,
+    })
+}
+
+#[test]
+fn costs_above_capacity_are_errors_not_denials() {
+    let q = Quota::per_second(10).burst(4);
+    let tb = TokenBucket::with_clock(q, ()).unwrap();
+    let lb = LeakyBucket::with_clock(q, ()).unwrap();
+    let fw = FixedWindow::with_clock(q, ()).unwrap();
+    let sw = SlidingWindow::with_clock(q, ()).unwrap();
+    let log = SlidingLog::with_clock(q, ()).unwrap();
+    let sh = Shaper::with_clock(q, 300_000_000, ()).unwrap(); // 4 + 3 within 300 ms
+    let c = Compound::<Gcra, 2, ()>::with_clock([q, Quota::per_minute(100)], ()).unwrap();
+    for n in [5, 6, 1_000, u64::MAX] {
+        for t in [0, 1, u64::MAX] {
+            assert_eq!(tb.check_n_at(n, t), over(n, 4));
+            assert_eq!(tb.peek_n_at(n, t), over(n, 4));
+            assert_eq!(lb.check_n_at(n, t), over(n, 4));
+            assert_eq!(c.check_n_at(n, t), over(n, 4));
+            assert_eq!(c.peek_n_at(n, t), over(n, 4));
+            let m = n.saturating_add(3);
+            assert_eq!(sh.peek_n_at(m, t), over(m, 7));
+            assert!(sh.reserve_n_at(m, t).is_err());
+        }
+    }
+    for n in [11, u64::MAX] {
+        for t in [0, u64::MAX] {
+            assert_eq!(fw.check_n_at(n, t), over(n, 10));
+            assert_eq!(sw.check_n_at(n, t), over(n, 10));
+            assert_eq!(log.check_n_at(n, t), over(n, 10));
+            assert_eq!(log.peek_n_at(n, t), over(n, 10));
+        }
+    }
+    // The errors charged nothing: everything is still full.
+    assert!(tb.check_n_at(4, 0).unwrap().allowed);
+    assert!(fw.check_n_at(10, 0).unwrap().allowed);
+    assert!(sw.check_n_at(10, 0).unwrap().allowed);
+    assert!(log.check_n_at(10, 0).unwrap().allowed);
+    assert!(c.check_n_at(4, 0).unwrap().allowed);
+    assert!(sh.reserve_n_at(7, 0).unwrap().granted());
+}
+
+#[test]
+fn the_end_of_time_denies_the_bucket_and_keeps_windows_working() {
+    let tb = TokenBucket::with_clock(Quota::per_second(3), ()).unwrap();
+    // A schedule past u64::MAX cannot be stored: denied, never admitted later.
+    let d = tb.check_at(u64::MAX);
+    assert_eq!(
+        (d.allowed, d.remaining, d.retry_after_ns),
+        (false, 0, NEVER),
+        "{d:?}"
+    );
+    assert_eq!(tb.state_word(), 0, "a denial wrote nothing");
+    // Near the end: only what fits before it.
+    let t = u64::MAX - 700_000_000; // room for two units of 333 ms
+    let d = tb.check_at(t);
+    assert!(d.allowed && d.remaining == 1, "{d:?}");
+    assert!(tb.check_at(t).allowed);
+    let d = tb.check_at(t);
+    assert_eq!((d.allowed, d.retry_after_ns), (false, NEVER), "{d:?}");
+
+    let fw = FixedWindow::with_clock(Quota::per_second(3), ()).unwrap();
+    let sw = SlidingWindow::with_clock(Quota::per_second(3), ()).unwrap();
+    let log = SlidingLog::with_clock(Quota::per_second(3), ()).unwrap();
+    for _ in 0..3 {
+        assert!(
+            fw.check_at(u64::MAX).allowed
+                && sw.check_at(u64::MAX).allowed
+                && log.check_at(u64::MAX).allowed
+        );
+    }
+    for d in [
+        fw.check_at(u64::MAX),
+        sw.check_at(u64::MAX),
+        log.check_at(u64::MAX),
+    ] {
+        assert!(!d.allowed && d.remaining == 0, "{d:?}");
+        assert!(d.retry_after_ns > 0);
+    }
+}
+
+/// Fills `check` at `t` until it denies; returns how many it admitted.
+fn fill(check: impl Fn(u64) -> Decision, t: u64) -> u64 {
+    let mut admitted = 0;
+    while check(t).allowed {
+        admitted += 1;
+        assert!(admitted <= 1_000, "runaway admission");
+    }
+    admitted
+}
+
+proptest! {
+    #![proptest_config(model::config(256))]
+
+    /// After a limiter is full at `t`, no earlier timestamp — one nanosecond back or
+    /// all the way to 0 — admits anything: going back is no time passing (or, for
+    /// the bucket, fewer tokens), never extra room.
+    #[test]
+    fn the_clock_going_back_never_admits_more(t in any::<u64>(), back in any::<u64>(), per in 1u64..5) {
+        let earlier = t.saturating_sub(back % t.max(1)).min(t);
+        let q = Quota::per_second(4).burst(per);
+        let tb = TokenBucket::with_clock(q, ()).unwrap();
+        let lb = LeakyBucket::with_clock(q, ()).unwrap();
+        let fw = FixedWindow::with_clock(q, ()).unwrap();
+        let sw = SlidingWindow::with_clock(q, ()).unwrap();
+        let log = SlidingLog::with_clock(q, ()).unwrap();
+        let sh = Shaper::with_clock(q, 500_000_000, ()).unwrap();
+        let c = Compound::<Fixed, 2, ()>::with_clock([q, Quota::per_minute(3)], ()).unwrap();
+        fill(|t| tb.check_at(t), t);
+        fill(|t| lb.check_at(t), t);
+        fill(|t| fw.check_at(t), t);
+        fill(|t| sw.check_at(t), t);
+        fill(|t| log.check_at(t), t);
+        fill(|t| sh.reserve_at(t).decision().to_owned(), t);
+        fill(|t| c.check_at(t), t);
+        for at in [earlier, t.saturating_sub(1), 0] {
+            prop_assert!(!tb.check_at(at).allowed, "bucket at {}", at);
+            prop_assert!(!lb.check_at(at).allowed, "meter at {}", at);
+            prop_assert!(!fw.check_at(at).allowed, "fixed at {}", at);
+            prop_assert!(!sw.check_at(at).allowed, "sliding at {}", at);
+            prop_assert!(!log.check_at(at).allowed, "log at {}", at);
+            prop_assert!(!sh.reserve_at(at).granted(), "shaper at {}", at);
+            prop_assert!(!c.check_at(at).allowed, "compound at {}", at);
+        }
+    }
+
+    /// Any quota and any request — costs, times and jumps anywhere in `u64` — gives
+    /// an error or a decision, never a panic (debug builds check every overflow).
+    #[test]
+    fn any_input_never_panics(
+        amount in any::<u64>(),
+        period in any::<u64>(),
+        burst in any::<u64>(),
+        slack in any::<u64>(),
+        calls in prop::collection::vec((any::<u64>(), prop_oneof![Just(0u64), Just(1), any::<u64>()]), 1..16),
+    ) {
+        let small = |x: u64| if amount % 2 == 0 { x % 64 } else { x };
+        let q = Quota::from_nanos(small(amount), small(period)).burst(small(burst));
+        let tb = TokenBucket::with_clock(q, ()).ok();
+        let lb = LeakyBucket::with_clock(q, ()).ok();
+        let fw = FixedWindow::with_clock(q, ()).ok();
+        let sw = SlidingWindow::with_clock(q, ()).ok();
+        let sh = Shaper::with_clock(q, slack, ()).ok();
+        let log = SlidingLog::with_clock(Quota::from_nanos(small(amount) % 64, period), ()).ok();
+        let c = Compound::<Gcra, 2, ()>::with_clock([q, Quota::per_second(3)], ()).ok();
+        for &(t, n) in &calls {
+            if let Some(l) = &tb {
+                let _ = (l.check_n_at(n, t), l.peek_n_at(n, t), l.check_at(t));
+                prop_assert_eq!(l.check_n_at(n, t).is_err(), n > l.capacity());
+            }
+            if let Some(l) = &lb {
+                let _ = (l.check_n_at(n, t), l.level_at(t));
+            }
+            if let Some(l) = &fw {
+                let _ = (l.check_n_at(n, t), l.peek_at(t));
+                prop_assert_eq!(l.check_n_at(n, t).is_err(), n > l.capacity());
+            }
+            if let Some(l) = &sw {
+                let _ = (l.check_n_at(n, t), l.peek_at(t));
+                prop_assert_eq!(l.check_n_at(n, t).is_err(), n > l.capacity());
+            }
+            if let Some(l) = &sh {
+                if let Ok(mut r) = l.reserve_n_at(n, t) {
+                    let _ = l.cancel_at(&mut r, t);
+                }
+                let _ = (l.peek_n_at(n, t), l.reserve_at(t));
+            }
+            if let Some(l) = &log {
+                let _ = (l.check_n_at(n, t), l.peek_n_at(n, t), l.check_at(t));
+            }
+            if let Some(l) = &c {
+                let _ = (l.check_n_at(n, t), l.peek_n_at(n, t), l.check_at(t));
+            }
+        }
+    }
+}
