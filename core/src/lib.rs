@@ -67,31 +67,36 @@ pub mod compound;
 mod decision;
 mod error;
 pub mod fixed_window;
+pub mod keyed;
 pub mod limiter;
+pub mod parse;
 mod quota;
 pub mod shaper;
 #[cfg(feature = "alloc")]
 pub mod sliding_log;
 pub mod sliding_window;
+pub mod striped;
 mod sync;
 pub mod token_bucket;
 #[cfg(feature = "std")]
 mod wait;
 mod word;
 
+pub use clock::{Clock, ManualClock};
 #[cfg(feature = "std")]
 pub use clock::{DefaultClock, QuantaClock, StdClock};
-pub use clock::{Clock, ManualClock};
 pub use compound::Compound;
 pub use decision::Decision;
 pub use error::{ConfigError, InsufficientCapacity};
 pub use fixed_window::{Fixed, FixedParams};
 pub use limiter::{Algorithm, Limiter, Step};
+pub use parse::{parse_quota, parse_quotas, ParseError, ParseErrorKind};
 pub use quota::Quota;
 pub use shaper::{Reservation, Shaper, ShaperParams, Shaping};
 #[cfg(feature = "alloc")]
 pub use sliding_log::SlidingLog;
 pub use sliding_window::{Sliding, SlidingParams};
+pub use striped::Striped;
 pub use token_bucket::{Gcra, GcraParams, Leaky};
 #[cfg(feature = "std")]
 pub use wait::{Wait, WaitError};

@@ -1,0 +1,145 @@
+"""One run, side by side: sluicegate against the Python rate limiters, each on an
+always-allowing limit in memory, ns per check (median of several repeats).
+
+    .venv/bin/python python/bench.py        # after scripts/test-python, with
+    .venv/bin/pip install -r python/requirements-bench.txt
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import limits
+import limits.storage
+import limits.strategies
+import pyrate_limiter
+import throttled
+import token_bucket
+
+import sluicegate
+
+N = 200_000  # calls per repeat
+REPEATS = 7
+KEYS = 100_000
+HUGE = 10**9  # per hour: never runs out during the benchmark
+
+
+def measure(call: Callable[[], object], n: int = N) -> float:
+    """Median ns per call over REPEATS runs of n calls (loop overhead included,
+    the same for every contender)."""
+    for _ in range(1000):
+        call()
+    runs = []
+    for _ in range(REPEATS):
+        gc.disable()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            call()
+        runs.append((time.perf_counter_ns() - t0) / n)
+        gc.enable()
+    return statistics.median(runs)
+
+
+def measure_fresh(make: Callable[[], Callable[[], object]], n: int) -> float:
+    """Like measure, with a new limiter for every repeat."""
+    runs = []
+    for _ in range(REPEATS):
+        call = make()
+        for _ in range(100):
+            call()
+        gc.disable()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            call()
+        runs.append((time.perf_counter_ns() - t0) / n)
+        gc.enable()
+    return statistics.median(runs)
+
+
+def measure_keyed(call: Callable[[str], object], keys: list[str]) -> float:
+    for k in keys:
+        call(k)
+    runs = []
+    for _ in range(max(3, REPEATS // 2)):
+        gc.disable()
+        t0 = time.perf_counter_ns()
+        for k in keys:
+            call(k)
+        runs.append((time.perf_counter_ns() - t0) / len(keys))
+        gc.enable()
+    return statistics.median(runs)
+
+
+def loop_overhead() -> float:
+    def noop() -> None:
+        pass
+
+    return measure(noop)
+
+
+def main() -> None:
+    rows: list[tuple[str, float]] = []
+
+    ours = sluicegate.TokenBucket(f"{HUGE}/hour")
+    rows.append(("sluicegate TokenBucket.check()", measure(ours.check)))
+    rows.append(("sluicegate TokenBucket.try_acquire()", measure(ours.try_acquire)))
+    fw = sluicegate.FixedWindow(f"{HUGE}/hour")
+    rows.append(("sluicegate FixedWindow.check()", measure(fw.check)))
+    # The sliding window's word holds two counts (at most 16383 per hour here), so
+    # each repeat gets a fresh limiter and stays below its limit.
+    rows.append(("sluicegate SlidingWindow.check()", measure_fresh(lambda: sluicegate.SlidingWindow("16000/hour").check, 15_000)))
+    gcra_multi = sluicegate.TokenBucket(f"{HUGE}/second; {HUGE}/hour")
+    rows.append(("sluicegate TokenBucket 2 limits .check()", measure(gcra_multi.check)))
+
+    mem = limits.storage.MemoryStorage()
+    item = limits.parse(f"{HUGE}/hour")
+    fixed = limits.strategies.FixedWindowRateLimiter(mem)
+    rows.append(("limits fixed window .hit()", measure(lambda: fixed.hit(item, "k"))))
+    moving = limits.strategies.MovingWindowRateLimiter(limits.storage.MemoryStorage())
+    moving_item = limits.parse("1000000/hour")  # the moving window keeps every hit
+    rows.append(("limits moving window .hit()", measure(lambda: moving.hit(moving_item, "k"), 50_000)))
+    sliding = limits.strategies.SlidingWindowCounterRateLimiter(limits.storage.MemoryStorage())
+    rows.append(("limits sliding window counter .hit()", measure(lambda: sliding.hit(item, "k"))))
+
+    pyrate = pyrate_limiter.Limiter(pyrate_limiter.Rate(HUGE, pyrate_limiter.Duration.HOUR))
+    rows.append(("pyrate-limiter in memory .try_acquire()", measure(lambda: pyrate.try_acquire("k", blocking=False), 50_000)))
+
+    tb = token_bucket.Limiter(HUGE, HUGE, token_bucket.MemoryStorage())
+    rows.append(("token-bucket .consume()", measure(lambda: tb.consume(b"k"))))
+
+    th = throttled.Throttled(
+        key="k", using="token_bucket", quota=throttled.rate_limiter.per_hour(HUGE, burst=HUGE), store=throttled.MemoryStore()
+    )
+    rows.append(("throttled-py token bucket .limit()", measure(th.limit)))
+
+    keys = [f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" for i in range(KEYS)]
+    keyed = sluicegate.KeyedLimiter(f"{HUGE}/hour", capacity=KEYS * 2)
+    keyed_rows = [("sluicegate KeyedLimiter.check(key), 100k keys", measure_keyed(keyed.check, keys))]
+    kfixed = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
+    keyed_rows.append(("limits fixed window .hit(key), 100k keys", measure_keyed(lambda k: kfixed.hit(item, k), keys)))
+    ktb = token_bucket.Limiter(HUGE, HUGE, token_bucket.MemoryStorage())
+    keyed_rows.append(("token-bucket .consume(key), 100k keys", measure_keyed(lambda k: ktb.consume(k.encode()), keys)))
+
+    overhead = loop_overhead()
+    base = dict(rows)["limits fixed window .hit()"]
+    ours_ns = dict(rows)["sluicegate TokenBucket.check()"]
+    print(f"Python {sys.version.split()[0]}, sluicegate {sluicegate.__version__}; median of {REPEATS} runs;")
+    print(f"loop + call overhead of an empty Python function: {overhead:.0f} ns (included below)\n")
+    print("| contender | ns per call | vs limits fixed window |")
+    print("|---|---:|---:|")
+    for name, ns in rows:
+        print(f"| {name} | {ns:,.0f} | {base / ns:.1f}× |")
+    kbase = keyed_rows[1][1]
+    for name, ns in keyed_rows:
+        print(f"| {name} | {ns:,.0f} | {kbase / ns:.1f}× (vs limits keyed) |")
+    print()
+    print(f"target ≤ 150 ns per check(): {'met' if ours_ns <= 150 else 'missed'} ({ours_ns:.0f} ns)")
+    print(f"target ≥ 20× limits fixed window: {'met' if base / ours_ns >= 20 else 'missed'} ({base / ours_ns:.1f}×)")
+
+
+if __name__ == "__main__":
+    main()

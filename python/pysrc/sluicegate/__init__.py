@@ -1,0 +1,59 @@
+"""sluicegate: lock-free rate limiters whose whole state is one 64-bit word.
+
+>>> import sluicegate
+>>> limiter = sluicegate.TokenBucket("100/minute")
+>>> decision = limiter.check()
+>>> bool(decision), decision.remaining, decision.limit
+(True, 99, 100)
+
+Classes: :class:`TokenBucket` (GCRA), :class:`LeakyBucket` (meter),
+:class:`Shaper` (leaky bucket that delays), :class:`FixedWindow`,
+:class:`SlidingWindow` (counter), :class:`SlidingLog` (exact),
+:class:`StripedTokenBucket` (one hot limit, many threads) and
+:class:`KeyedLimiter` (one state per client key, bounded memory). Limits are
+strings (``"100/minute"``, ``"10 per 2 hours"``, ``"100/s burst 200"``,
+``"1/second; 100/hour"`` checked all-or-nothing), :class:`Quota` objects or
+keyword arguments (``amount=``, ``period=`` in seconds, ``burst=``).
+Middleware: :mod:`sluicegate.asgi` and :mod:`sluicegate.wsgi`.
+"""
+
+from ._decorator import rate_limit
+from ._errors import AcquireTimeout, CapacityError, RateLimited, SluicegateError
+from ._sluicegate import (
+    Decision,
+    FixedWindow,
+    KeyedLimiter,
+    KeyedStats,
+    LeakyBucket,
+    ManualClock,
+    Quota,
+    Reservation,
+    Shaper,
+    SlidingLog,
+    SlidingWindow,
+    StripedTokenBucket,
+    TokenBucket,
+    __version__,
+)
+
+__all__ = [
+    "AcquireTimeout",
+    "CapacityError",
+    "Decision",
+    "FixedWindow",
+    "KeyedLimiter",
+    "KeyedStats",
+    "LeakyBucket",
+    "ManualClock",
+    "Quota",
+    "RateLimited",
+    "Reservation",
+    "Shaper",
+    "SlidingLog",
+    "SlidingWindow",
+    "SluicegateError",
+    "StripedTokenBucket",
+    "TokenBucket",
+    "__version__",
+    "rate_limit",
+]

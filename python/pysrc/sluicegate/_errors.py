@@ -1,0 +1,56 @@
+"""The exception hierarchy. Bad configuration is a plain ``ValueError``; every
+other failure is a :class:`SluicegateError`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._sluicegate import Decision
+
+__all__ = ["AcquireTimeout", "CapacityError", "RateLimited", "SluicegateError"]
+
+
+class SluicegateError(Exception):
+    """Base class of every sluicegate error (configuration errors are ``ValueError``)."""
+
+
+class CapacityError(SluicegateError):
+    """A request costs more than the limiter can ever admit at once (its burst or
+    limit): it can never succeed, so it is an error rather than a denial."""
+
+    requested: int
+    capacity: int
+
+    def __init__(self, message: str, requested: int, capacity: int) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.capacity = capacity
+
+
+class RateLimited(SluicegateError):
+    """Raised by :func:`sluicegate.rate_limit` when a call is denied; ``decision``
+    says when to retry (``decision.retry_after`` seconds)."""
+
+    decision: Decision
+
+    def __init__(self, decision: Decision, message: str | None = None) -> None:
+        if message is None:
+            message = f"rate limit exceeded; retry in {decision.retry_after:.3f} s"
+        super().__init__(message)
+        self.decision = decision
+
+
+class AcquireTimeout(SluicegateError, TimeoutError):
+    """``acquire``/``acquire_async`` gave up: the request would not be admitted
+    before the timeout. ``decision`` is the last denial."""
+
+    decision: Decision
+
+    def __init__(self, message: str, decision: Decision) -> None:
+        # One argument only: OSError (TimeoutError's base) would read two as errno/strerror.
+        super().__init__(message)
+        self.decision = decision
+
+    def __str__(self) -> str:
+        return str(self.args[0])

@@ -1,0 +1,124 @@
+"""Rate limiting for ASGI apps (Starlette, FastAPI, …), as a pure ASGI middleware.
+
+>>> from fastapi import FastAPI
+>>> from sluicegate.asgi import RateLimitMiddleware
+>>> app = FastAPI()
+>>> app.add_middleware(RateLimitMiddleware, limits="100/minute", routes={"POST /login": "5/minute"})
+
+Requests are keyed by client address (the socket peer; ``X-Forwarded-For`` or
+``Forwarded`` only from ``trusted_proxies``; IPv6 by /64). Every limited response
+carries ``RateLimit-Policy`` and ``RateLimit``; a denied one is a 429 with
+``Retry-After`` and an ``application/problem+json`` body. Only ``http`` scopes are
+limited; websocket and lifespan pass through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import Any
+
+from ._http import _Algorithm, _ForwardedHeader, HttpLimiter, _LimitSpec, Outcome, _Policy
+from ._sluicegate import ManualClock
+
+__all__ = ["RateLimitMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class RateLimitMiddleware:
+    """Limits an ASGI app.
+
+    ``limits``: the default for every route without its own (``None``: none);
+    one client's requests to all such routes count together. ``routes``: pattern →
+    limits, a pattern being ``"/path"``, ``"/prefix/*"`` or either after a method
+    (``"POST /login"``); each route counts on its own; ``None`` exempts it.
+    ``exempt``: patterns never limited. ``key_func(scope)``: the client key
+    (``None`` exempts the request). ``cost_func(scope)``: units the request costs
+    (default 1). ``capacity``: keys each table holds; ``policy``: what happens when
+    it is full of live keys. ``legacy_headers``: also send ``X-RateLimit-*``.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limits: _LimitSpec | None = "100/minute",
+        *,
+        routes: Mapping[str, _LimitSpec | None] | None = None,
+        exempt: Iterable[str] = (),
+        key_func: Callable[[Scope], str | bytes | int | None] | None = None,
+        cost_func: Callable[[Scope], int] | None = None,
+        trusted_proxies: Iterable[str] = (),
+        forwarded_header: _ForwardedHeader = "x-forwarded-for",
+        ipv6_prefix: int = 64,
+        capacity: int = 100_000,
+        algorithm: _Algorithm = "token_bucket",
+        policy: _Policy = "evict_stalest",
+        legacy_headers: bool = False,
+        clock: ManualClock | None = None,
+    ) -> None:
+        self.app = app
+        self.limiter = HttpLimiter(
+            limits,
+            routes=routes,
+            exempt=exempt,
+            trusted_proxies=trusted_proxies,
+            forwarded_header=forwarded_header,
+            ipv6_prefix=ipv6_prefix,
+            capacity=capacity,
+            algorithm=algorithm,
+            policy=policy,
+            legacy_headers=legacy_headers,
+            clock=clock,
+        )
+        self.key_func = key_func or self.client_key
+        self.cost_func = cost_func
+        self._forwarded = forwarded_header.encode()
+
+    def client_key(self, scope: Scope) -> str:
+        """The default key: the client address, grouped as configured."""
+        client = scope.get("client")
+        peer = client[0] if client else None
+        forwarded = None
+        if self.limiter.trusted:
+            values = [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == self._forwarded]
+            forwarded = ", ".join(values) if values else None
+        return self.limiter.client_key(self.limiter.client_address(peer, forwarded))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rule = self.limiter.rule_for(scope["method"], scope["path"])
+        if rule is None:
+            await self.app(scope, receive, send)
+            return
+        key = self.key_func(scope)
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        cost = self.cost_func(scope) if self.cost_func is not None else 1
+        outcome = self.limiter.decide(rule, key, cost)
+        if not outcome.allowed:
+            await _deny(outcome, send)
+            return
+        extra = [(k.lower().encode(), v.encode()) for k, v in outcome.headers]
+
+        async def send_with_fields(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_fields)
+
+
+async def _deny(outcome: Outcome, send: Send) -> None:
+    body = outcome.problem_body()
+    headers = [(k.lower().encode(), v.encode()) for k, v in outcome.denial_headers()]
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,94 @@
+"""Rate limiting for WSGI apps (Flask, Django, …).
+
+>>> from flask import Flask
+>>> from sluicegate.wsgi import RateLimitMiddleware
+>>> app = Flask(__name__)
+>>> app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limits="100/minute")
+
+The same options and responses as :class:`sluicegate.asgi.RateLimitMiddleware`;
+``key_func`` and ``cost_func`` take the WSGI ``environ``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from ._http import HttpLimiter, _Algorithm, _ForwardedHeader, _LimitSpec, _Policy
+from ._sluicegate import ManualClock
+
+if TYPE_CHECKING:
+    # typeshed's WSGI types (PEP 3333), the ones Flask and Django annotate with.
+    from _typeshed import OptExcInfo
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+__all__ = ["RateLimitMiddleware"]
+
+
+class RateLimitMiddleware:
+    """Limits a WSGI app; see :class:`sluicegate.asgi.RateLimitMiddleware`."""
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        limits: _LimitSpec | None = "100/minute",
+        *,
+        routes: Mapping[str, _LimitSpec | None] | None = None,
+        exempt: Iterable[str] = (),
+        key_func: Callable[[WSGIEnvironment], str | bytes | int | None] | None = None,
+        cost_func: Callable[[WSGIEnvironment], int] | None = None,
+        trusted_proxies: Iterable[str] = (),
+        forwarded_header: _ForwardedHeader = "x-forwarded-for",
+        ipv6_prefix: int = 64,
+        capacity: int = 100_000,
+        algorithm: _Algorithm = "token_bucket",
+        policy: _Policy = "evict_stalest",
+        legacy_headers: bool = False,
+        clock: ManualClock | None = None,
+    ) -> None:
+        self.app = app
+        self.limiter = HttpLimiter(
+            limits,
+            routes=routes,
+            exempt=exempt,
+            trusted_proxies=trusted_proxies,
+            forwarded_header=forwarded_header,
+            ipv6_prefix=ipv6_prefix,
+            capacity=capacity,
+            algorithm=algorithm,
+            policy=policy,
+            legacy_headers=legacy_headers,
+            clock=clock,
+        )
+        self.key_func = key_func or self.client_key
+        self.cost_func = cost_func
+        self._forwarded = "HTTP_" + forwarded_header.upper().replace("-", "_")
+
+    def client_key(self, environ: WSGIEnvironment) -> str:
+        """The default key: the client address, grouped as configured."""
+        forwarded = environ.get(self._forwarded) if self.limiter.trusted else None
+        peer = environ.get("REMOTE_ADDR") or None
+        return self.limiter.client_key(self.limiter.client_address(peer, forwarded))
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        rule = self.limiter.rule_for(environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "") or "/")
+        if rule is None:
+            return self.app(environ, start_response)
+        key = self.key_func(environ)
+        if key is None:
+            return self.app(environ, start_response)
+        cost = self.cost_func(environ) if self.cost_func is not None else 1
+        outcome = self.limiter.decide(rule, key, cost)
+        if not outcome.allowed:
+            body = outcome.problem_body()
+            headers = [*outcome.denial_headers(), ("Content-Length", str(len(body)))]
+            start_response("429 Too Many Requests", headers)
+            return [body]
+        extra = outcome.headers
+
+        def start_with_fields(
+            status: str, headers: list[tuple[str, str]], exc_info: OptExcInfo | None = None, /
+        ) -> Callable[[bytes], object]:
+            return start_response(status, [*headers, *extra], exc_info)
+
+        return self.app(environ, start_with_fields)

@@ -1,0 +1,351 @@
+//! The keyed limiter: one state per client key in a table of fixed capacity.
+
+use std::hash::{Hash, Hasher};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
+use sluicegate::keyed::{FullPolicy, KeyedLimiter, KeyedStats};
+use sluicegate::{Decision, Fixed, Gcra, InsufficientCapacity, Leaky, Quota, Sliding};
+
+use crate::clock::{PyClock, PyManualClock};
+use crate::decision::PyDecision;
+use crate::limiters::cost;
+use crate::quota::{self, describe_all};
+use crate::{errors, wait};
+
+/// A key as the table hashes it. The variant tag is hashed too, so `"1"`, `b"1"`
+/// and `1` are three keys, as they are three keys of a `dict`.
+enum Key<'a> {
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    Int(i64),
+    /// An int outside 64 bits, by its decimal text.
+    BigInt(String),
+}
+
+impl Hash for Key<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        match self {
+            Self::Str(s) => {
+                h.write_u8(0);
+                s.hash(h);
+            }
+            Self::Bytes(b) => {
+                h.write_u8(1);
+                b.hash(h);
+            }
+            Self::Int(i) => {
+                h.write_u8(2);
+                h.write_i64(*i);
+            }
+            Self::BigInt(s) => {
+                h.write_u8(3);
+                s.hash(h);
+            }
+        }
+    }
+}
+
+#[inline]
+fn with_key<R>(key: &Bound<'_, PyAny>, f: impl FnOnce(&Key<'_>) -> R) -> PyResult<R> {
+    if let Ok(s) = key.cast::<PyString>() {
+        return Ok(f(&Key::Str(s.to_str()?)));
+    }
+    if let Ok(b) = key.cast::<PyBytes>() {
+        return Ok(f(&Key::Bytes(b.as_bytes())));
+    }
+    if key.is_instance_of::<PyInt>() {
+        return Ok(match key.extract::<i64>() {
+            Ok(i) => f(&Key::Int(i)),
+            Err(_) => f(&Key::BigInt(key.str()?.to_str()?.to_owned())),
+        });
+    }
+    Err(PyTypeError::new_err(format!(
+        "a key is a str, bytes or int, not {}",
+        key.get_type().name()?
+    )))
+}
+
+enum AnyKeyed {
+    TokenBucket(KeyedLimiter<Gcra, PyClock>),
+    LeakyBucket(KeyedLimiter<Leaky, PyClock>),
+    FixedWindow(KeyedLimiter<Fixed, PyClock>),
+    SlidingWindow(KeyedLimiter<Sliding, PyClock>),
+}
+
+macro_rules! keyed {
+    ($self:expr, $t:ident => $e:expr) => {
+        match $self {
+            AnyKeyed::TokenBucket($t) => $e,
+            AnyKeyed::LeakyBucket($t) => $e,
+            AnyKeyed::FixedWindow($t) => $e,
+            AnyKeyed::SlidingWindow($t) => $e,
+        }
+    };
+}
+
+impl AnyKeyed {
+    #[inline]
+    fn check_n(&self, key: &Key<'_>, n: u64) -> Result<Decision, InsufficientCapacity> {
+        keyed!(self, t => t.check_n(key, n))
+    }
+    fn peek_n(&self, key: &Key<'_>, n: u64) -> Result<Decision, InsufficientCapacity> {
+        keyed!(self, t => t.peek_n(key, n))
+    }
+}
+
+const ALGORITHMS: &str =
+    "\"token_bucket\", \"leaky_bucket\", \"fixed_window\" or \"sliding_window\"";
+
+fn policy_name(p: FullPolicy) -> &'static str {
+    match p {
+        FullPolicy::Reject => "reject",
+        FullPolicy::AllowUnlimited => "allow_unlimited",
+        _ => "evict_stalest",
+    }
+}
+
+/// Counters of a keyed limiter's table, monotonic since it was built.
+#[pyclass(frozen, eq, name = "KeyedStats", module = "sluicegate._sluicegate")]
+#[derive(PartialEq, Eq)]
+pub struct PyKeyedStats {
+    /// New keys placed in an empty slot.
+    #[pyo3(get)]
+    inserted: u64,
+    /// New keys placed in a slot whose key had gone back to full (lossless reuse).
+    #[pyo3(get)]
+    reused: u64,
+    /// Live entries replaced under the "evict_stalest" policy.
+    #[pyo3(get)]
+    evicted: u64,
+    /// New keys denied under the "reject" policy.
+    #[pyo3(get)]
+    rejected: u64,
+    /// New keys admitted untracked under the "allow_unlimited" policy.
+    #[pyo3(get)]
+    unlimited: u64,
+}
+
+impl From<KeyedStats> for PyKeyedStats {
+    fn from(s: KeyedStats) -> Self {
+        Self {
+            inserted: s.inserted,
+            reused: s.reused,
+            evicted: s.evicted,
+            rejected: s.rejected,
+            unlimited: s.unlimited,
+        }
+    }
+}
+
+#[pymethods]
+impl PyKeyedStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "KeyedStats(inserted={}, reused={}, evicted={}, rejected={}, unlimited={})",
+            self.inserted, self.reused, self.evicted, self.rejected, self.unlimited
+        )
+    }
+}
+
+/// One limiter per key (`str`, `bytes` or `int`), all with the same limit, in a
+/// table of `capacity` keys allocated once. A key whose state is back to full
+/// takes no room; when every candidate slot holds live state, `policy` decides:
+/// `"evict_stalest"` (default), `"reject"` or `"allow_unlimited"`.
+#[pyclass(frozen, name = "KeyedLimiter", module = "sluicegate._sluicegate")]
+pub struct PyKeyedLimiter {
+    inner: AnyKeyed,
+    quota: Quota,
+    algorithm: &'static str,
+}
+
+#[pymethods]
+impl PyKeyedLimiter {
+    #[new]
+    #[pyo3(signature = (limit = None, *, capacity = 100_000, algorithm = "token_bucket", policy = "evict_stalest", amount = None, period = None, burst = None, clock = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        limit: Option<&Bound<'_, PyAny>>,
+        capacity: usize,
+        algorithm: &str,
+        policy: &str,
+        amount: Option<u64>,
+        period: Option<&Bound<'_, PyAny>>,
+        burst: Option<u64>,
+        clock: Option<Py<PyManualClock>>,
+    ) -> PyResult<Self> {
+        let quotas = quota::from_args(limit, amount, period, burst)?;
+        let quota = quota::one(quotas, "KeyedLimiter")?;
+        let policy = match policy {
+            "evict_stalest" => FullPolicy::EvictStalest,
+            "reject" => FullPolicy::Reject,
+            "allow_unlimited" => FullPolicy::AllowUnlimited,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown policy {other:?}: expected \"evict_stalest\", \"reject\" or \"allow_unlimited\""
+                )))
+            }
+        };
+        let c = PyClock::from_arg(clock);
+        let (inner, algorithm) = match algorithm {
+            "token_bucket" => (
+                KeyedLimiter::with_clock(quota, capacity, c)
+                    .map(|t| AnyKeyed::TokenBucket(t.with_policy(policy))),
+                "token_bucket",
+            ),
+            "leaky_bucket" => (
+                KeyedLimiter::with_clock(quota, capacity, c)
+                    .map(|t| AnyKeyed::LeakyBucket(t.with_policy(policy))),
+                "leaky_bucket",
+            ),
+            "fixed_window" => {
+                quota::no_burst(&[quota], "fixed_window")?;
+                (
+                    KeyedLimiter::with_clock(quota, capacity, c)
+                        .map(|t| AnyKeyed::FixedWindow(t.with_policy(policy))),
+                    "fixed_window",
+                )
+            }
+            "sliding_window" => {
+                quota::no_burst(&[quota], "sliding_window")?;
+                (
+                    KeyedLimiter::with_clock(quota, capacity, c)
+                        .map(|t| AnyKeyed::SlidingWindow(t.with_policy(policy))),
+                    "sliding_window",
+                )
+            }
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown algorithm {other:?}: expected {ALGORITHMS}"
+                )))
+            }
+        };
+        Ok(Self {
+            inner: inner.map_err(errors::config)?,
+            quota,
+            algorithm,
+        })
+    }
+
+    /// Takes `n` units for `key`.
+    #[pyo3(signature = (key, n = 1))]
+    #[inline]
+    fn check(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<PyDecision> {
+        let n = cost(n)?;
+        match with_key(key, |k| self.inner.check_n(k, n))? {
+            Ok(d) => Ok(d.into()),
+            Err(e) => Err(errors::capacity(e)),
+        }
+    }
+
+    /// What `check(key, n)` would answer, taking nothing (and placing no key).
+    #[pyo3(signature = (key, n = 1))]
+    fn peek(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<PyDecision> {
+        let n = cost(n)?;
+        with_key(key, |k| self.inner.peek_n(k, n))?
+            .map(Into::into)
+            .map_err(errors::capacity)
+    }
+
+    /// `check(key, n)` as a bool.
+    #[pyo3(signature = (key, n = 1))]
+    fn try_acquire(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<bool> {
+        let n = cost(n)?;
+        with_key(key, |k| self.inner.check_n(k, n))?
+            .map(|d| d.allowed)
+            .map_err(errors::capacity)
+    }
+
+    /// Blocks (GIL released) until `n` units are taken for `key`.
+    #[pyo3(signature = (key, n = 1, timeout = None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: i64,
+        timeout: Option<f64>,
+    ) -> PyResult<PyDecision> {
+        let n = cost(n)?;
+        with_key(key, |k| {
+            wait::blocking(py, timeout, || self.inner.check_n(k, n))
+        })?
+    }
+
+    /// `await`s until `n` units are taken for `key`, with `asyncio.sleep`.
+    #[pyo3(signature = (key, n = 1, timeout = None))]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        n: i64,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        cost(n)?;
+        wait::deadline(timeout)?;
+        with_key(key, |_| ())?;
+        wait::coroutine(
+            slf.py(),
+            "acquire_keyed",
+            (slf.getattr("check")?, key, n, timeout),
+        )
+    }
+
+    /// Forgets every key.
+    fn clear(&self) {
+        keyed!(&self.inner, t => t.clear())
+    }
+
+    /// Keys holding live state now (a scan of the whole table).
+    fn __len__(&self) -> usize {
+        keyed!(&self.inner, t => t.len())
+    }
+
+    /// The table's event counters.
+    #[getter]
+    fn stats(&self) -> PyKeyedStats {
+        keyed!(&self.inner, t => t.stats()).into()
+    }
+
+    /// Keys the table can hold at once (the requested capacity rounded up to 8).
+    #[getter]
+    fn capacity(&self) -> usize {
+        keyed!(&self.inner, t => t.capacity())
+    }
+
+    /// The full-table policy.
+    #[getter]
+    fn policy(&self) -> &'static str {
+        policy_name(keyed!(&self.inner, t => t.policy()))
+    }
+
+    /// The algorithm every key runs.
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.algorithm
+    }
+
+    /// The most units one request can take.
+    #[getter]
+    fn limit(&self) -> u64 {
+        match self.inner {
+            AnyKeyed::TokenBucket(_) | AnyKeyed::LeakyBucket(_) => self.quota.burst_size(),
+            _ => self.quota.amount(),
+        }
+    }
+
+    /// The limit, as a one-element tuple.
+    #[getter]
+    fn quotas<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        quota::to_tuple(py, &[self.quota])
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "KeyedLimiter({:?}, capacity={}, algorithm={:?}, policy={:?})",
+            describe_all(&[self.quota]),
+            self.capacity(),
+            self.algorithm,
+            self.policy()
+        )
+    }
+}

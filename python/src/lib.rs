@@ -1,0 +1,33 @@
+//! `sluicegate._sluicegate`: the extension module behind the `sluicegate` Python
+//! package. Every class is frozen: its state is the core's atomic words, so one
+//! limiter is shared by any number of threads without a lock, and the GIL is
+//! released only where a call sleeps (`acquire`).
+
+mod clock;
+mod decision;
+mod errors;
+mod keyed;
+mod limiters;
+mod quota;
+mod wait;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<clock::PyManualClock>()?;
+    m.add_class::<decision::PyDecision>()?;
+    m.add_class::<decision::PyReservation>()?;
+    m.add_class::<quota::PyQuota>()?;
+    m.add_class::<limiters::PyTokenBucket>()?;
+    m.add_class::<limiters::PyLeakyBucket>()?;
+    m.add_class::<limiters::PyFixedWindow>()?;
+    m.add_class::<limiters::PySlidingWindow>()?;
+    m.add_class::<limiters::PySlidingLog>()?;
+    m.add_class::<limiters::PyShaper>()?;
+    m.add_class::<limiters::PyStriped>()?;
+    m.add_class::<keyed::PyKeyedLimiter>()?;
+    m.add_class::<keyed::PyKeyedStats>()?;
+    Ok(())
+}

@@ -1,0 +1,376 @@
+"""The Python API: construction, quotas and strings, decisions, errors, waiting,
+the shaper, the keyed and striped limiters, and the decorator."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import math
+import time
+
+import pytest
+
+import sluicegate
+from sluicegate import (
+    AcquireTimeout,
+    CapacityError,
+    Decision,
+    FixedWindow,
+    KeyedLimiter,
+    LeakyBucket,
+    ManualClock,
+    Quota,
+    RateLimited,
+    Shaper,
+    SlidingLog,
+    SlidingWindow,
+    SluicegateError,
+    StripedTokenBucket,
+    TokenBucket,
+    rate_limit,
+)
+
+SEC = 1_000_000_000
+UNKEYED = [TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog, StripedTokenBucket]
+
+
+def test_all_is_exported() -> None:
+    for name in sluicegate.__all__:
+        assert hasattr(sluicegate, name), name
+    assert sluicegate.__version__ == "0.1.0"
+
+
+@pytest.mark.parametrize(
+    ("text", "amount", "period_ns", "burst"),
+    [
+        ("100/minute", 100, 60 * SEC, 100),
+        ("10 per 2 hours", 10, 7200 * SEC, 10),
+        ("100/s burst 200", 100, SEC, 200),
+        ("3/250ms", 3, 250_000_000, 3),
+        ("5 per day", 5, 86_400 * SEC, 5),
+    ],
+)
+def test_rate_strings(text: str, amount: int, period_ns: int, burst: int) -> None:
+    q = Quota.parse(text)
+    assert (q.amount, q.period_ns, q.burst) == (amount, period_ns, burst)
+    assert Quota.parse(str(q)) == q  # str() is in the parser's syntax
+    assert TokenBucket(text).quotas == (q,)
+
+
+def test_several_limits() -> None:
+    assert Quota.parse_many("1/second; 100/hour") == (Quota(1, 1), Quota(100, 3600))
+    tb = TokenBucket("1/second; 100/hour")
+    assert len(tb.quotas) == 2 and tb.limit == 1
+    assert TokenBucket(["1/second", Quota(100, 3600)]).quotas == tb.quotas
+    with pytest.raises(ValueError, match="takes one limit"):
+        SlidingLog("1/s; 2/m")
+    with pytest.raises(ValueError, match="maximum is 8"):
+        TokenBucket("; ".join(["1/s"] * 9))
+
+
+@pytest.mark.parametrize("text", ["1/month", "1/year", "5 per 2 months"])
+def test_month_and_year_are_rejected(text: str) -> None:
+    with pytest.raises(ValueError, match="months and years"):
+        TokenBucket(text)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0/s", "1.5/s", "10/fortnight", "1/s;", "-1/s"])
+def test_bad_strings_are_value_errors(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid rate"):
+        Quota.parse_many(text)
+
+
+def test_quota_from_arguments() -> None:
+    assert Quota(10) == Quota(10, 1.0) == Quota(10, datetime.timedelta(seconds=1))
+    assert Quota(10, 0.25).period_ns == 250_000_000
+    assert Quota(5, 60, burst=2).burst == 2
+    assert hash(Quota(1, 2)) == hash(Quota(1, 2))
+    assert repr(Quota(100, 60)) == "Quota(amount=100, period=60.0, burst=100)"
+    tb = TokenBucket(amount=100, period=datetime.timedelta(minutes=1), burst=5)
+    assert tb.quotas == (Quota(100, 60, 5),)
+    assert repr(tb) == 'TokenBucket("100/minute burst 5")'
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"amount": 0},
+        {"amount": 1, "period": 0},
+        {"amount": 1, "period": -1.0},
+        {"amount": 1, "period": math.nan},
+        {"amount": 1, "period": math.inf},
+        {"amount": 1, "burst": 0},
+        {"amount": 10**10, "period": 1e-9},
+    ],
+)
+def test_bad_configuration_is_value_error(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        TokenBucket(**kwargs)  # type: ignore[arg-type]
+
+
+def test_argument_mistakes_are_type_errors() -> None:
+    with pytest.raises(TypeError, match="missing the limit"):
+        TokenBucket()
+    with pytest.raises(TypeError, match="not both"):
+        TokenBucket("1/s", amount=3)
+    with pytest.raises(TypeError, match="rate string"):
+        TokenBucket(42)  # type: ignore[arg-type]
+
+
+def test_windows_have_no_burst() -> None:
+    for cls in (FixedWindow, SlidingWindow, SlidingLog):
+        with pytest.raises(ValueError, match="no burst"):
+            cls("10/s burst 20")
+
+
+@pytest.mark.parametrize("cls", UNKEYED)
+def test_every_limiter_checks_and_denies(cls: type[TokenBucket]) -> None:
+    clock = ManualClock(SEC)
+    lim = cls("4/second", clock=clock)
+    assert lim.limit == 4
+    first = lim.check()
+    assert isinstance(first, Decision) and first and first.allowed
+    assert first.retry_after == 0.0 and first.limit == 4
+    assert lim.try_acquire(3) is True
+    denied = lim.check()
+    assert not denied and denied.retry_after > 0 and denied.remaining == 0
+    assert lim.try_acquire() is False
+    with pytest.raises(CapacityError) as err:
+        lim.check(5)
+    assert (err.value.requested, err.value.capacity) == (5, 4)
+    assert isinstance(err.value, SluicegateError)
+    with pytest.raises(ValueError, match="cost"):
+        lim.check(-1)
+    clock.advance(2.0)  # the sliding window still weighs the previous window after one
+    assert lim.check(4)
+
+
+@pytest.mark.parametrize("cls", [TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog])
+def test_peek_takes_nothing(cls: type[TokenBucket]) -> None:
+    lim = cls("2/minute", clock=ManualClock())
+    assert lim.peek().remaining == 1
+    assert lim.peek().remaining == 1
+    assert lim.check(0).remaining == 2  # cost 0 is a peek too
+    lim.check(2)
+    assert not lim.peek()
+
+
+def test_decision_values_in_seconds() -> None:
+    clock = ManualClock(0)
+    tb = TokenBucket("2/second", clock=clock)
+    d = tb.check()
+    assert (d.remaining, d.reset_after, d.reset_after_ns) == (1, 0.5, 500_000_000)
+    tb.check()
+    d = tb.check()
+    assert (bool(d), d.retry_after, d.retry_after_ns, d.reset_after) == (False, 0.5, 500_000_000, 1.0)
+    assert d == Decision(allowed=False, remaining=0, retry_after_ns=500_000_000, reset_after_ns=SEC, limit=2)
+    assert hash(d) == hash(Decision(allowed=False, remaining=0, retry_after_ns=500_000_000, reset_after_ns=SEC, limit=2))
+    assert repr(d) == "Decision(allowed=False, remaining=0, retry_after=0.5, reset_after=1.0, limit=2)"
+    with pytest.raises(AttributeError):
+        d.allowed = True  # type: ignore[misc]
+
+
+def test_acquire_blocks_until_allowed() -> None:
+    tb = TokenBucket("20/second burst 1")
+    assert tb.acquire()
+    start = time.monotonic()
+    d = tb.acquire(timeout=2)
+    assert d and 0.03 < time.monotonic() - start < 1.0
+
+
+def test_acquire_times_out_without_sleeping_for_nothing() -> None:
+    tb = TokenBucket("1/minute")
+    tb.check()
+    start = time.monotonic()
+    with pytest.raises(AcquireTimeout) as err:
+        tb.acquire(timeout=0.5)
+    assert time.monotonic() - start < 0.2
+    assert isinstance(err.value, TimeoutError) and isinstance(err.value, SluicegateError)
+    assert not err.value.decision and err.value.decision.retry_after > 50
+    assert "timed out" in str(err.value)
+    with pytest.raises(CapacityError):
+        tb.acquire(2)
+    with pytest.raises(ValueError, match="timeout"):
+        tb.acquire(timeout=-1)
+
+
+def test_acquire_async() -> None:
+    tb = TokenBucket("20/second burst 1")
+
+    async def main() -> float:
+        await tb.acquire_async()
+        start = time.monotonic()
+        await tb.acquire_async(timeout=2)
+        return time.monotonic() - start
+
+    assert 0.03 < asyncio.run(main()) < 1.0
+    slow = TokenBucket("1/hour")
+    slow.check()
+    with pytest.raises(AcquireTimeout):
+        asyncio.run(slow.acquire_async(timeout=0.05))
+    with pytest.raises(ValueError):
+        slow.acquire_async(timeout=math.nan)
+
+
+def test_shaper_spaces_requests() -> None:
+    clock = ManualClock(0)
+    sh = Shaper("10/second burst 1", max_delay=0.25, clock=clock)
+    assert sh.limit == 3 and sh.max_delay == 0.25
+    delays = [sh.reserve() for _ in range(4)]
+    assert [r.granted for r in delays] == [True, True, True, False]
+    assert [r.delay_ns for r in delays[:3]] == [0, 100_000_000, 200_000_000]
+    assert delays[1].delay == 0.1 and delays[3].decision.retry_after == pytest.approx(0.05)
+    assert not sh.cancel(delays[1])  # a later reservation depends on it
+    assert sh.cancel(delays[2]) and not sh.cancel(delays[2])  # once only
+    assert sh.reserve().delay_ns == 200_000_000  # the freed slot
+    assert not sh.peek()
+    with pytest.raises(CapacityError):
+        sh.reserve(4)
+
+
+def test_shaper_acquire_waits_its_turn() -> None:
+    sh = Shaper("20/second burst 1", max_delay=1.0)
+    start = time.monotonic()
+    sh.acquire()
+    sh.acquire()
+    assert 0.03 < time.monotonic() - start < 1.0
+
+    async def main() -> None:
+        await sh.acquire_async()
+
+    asyncio.run(main())
+
+
+def test_keyed_limiter() -> None:
+    clock = ManualClock(SEC)
+    k = KeyedLimiter("2/second", capacity=100, clock=clock)
+    assert (k.capacity, k.policy, k.algorithm, k.limit) == (104, "evict_stalest", "token_bucket", 2)
+    assert k.check("a") and k.check("a") and not k.check("a")
+    assert k.check(b"a") and k.check(1) and k.check(2**100)  # distinct keys
+    assert k.peek("b").remaining == 1 and k.stats.inserted == 4
+    assert len(k) == 4
+    clock.advance(1.0)
+    assert len(k) == 0  # all full again: nothing to remember
+    k.clear()
+    with pytest.raises(TypeError, match="str, bytes or int"):
+        k.check(1.5)  # type: ignore[arg-type]
+    with pytest.raises(CapacityError):
+        k.check("a", 3)
+    with pytest.raises(ValueError, match="one limit"):
+        KeyedLimiter("1/s; 2/m")
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        KeyedLimiter("1/s", algorithm="nope")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown policy"):
+        KeyedLimiter("1/s", policy="nope")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        KeyedLimiter("1/s", capacity=0)
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window"])
+def test_keyed_algorithms(algorithm: str) -> None:
+    k = KeyedLimiter("3/minute", capacity=16, algorithm=algorithm, clock=ManualClock(SEC))  # type: ignore[arg-type]
+    assert k.algorithm == algorithm
+    assert [k.try_acquire("x") for _ in range(4)] == [True, True, True, False]
+
+
+def test_keyed_full_table_policies() -> None:
+    # 8 slots, every key live for a day: the 9th key meets a full table... or, with
+    # two groups probed, some later one does.
+    for policy, counter in [("reject", "rejected"), ("allow_unlimited", "unlimited"), ("evict_stalest", "evicted")]:
+        k = KeyedLimiter("1/day", capacity=8, policy=policy, clock=ManualClock(SEC))  # type: ignore[arg-type]
+        results = [k.check(i) for i in range(20)]
+        assert len(k) == 8
+        assert getattr(k.stats, counter) == 12, (policy, k.stats)
+        if policy == "reject":
+            assert sum(map(bool, results)) == 8
+        else:
+            assert all(results)
+
+
+def test_keyed_acquire() -> None:
+    k = KeyedLimiter("20/second burst 1")
+    assert k.acquire("a") and k.acquire("a", timeout=1)
+    with pytest.raises(AcquireTimeout):
+        k.acquire("b", 1, 0.0) and k.acquire("b", 1, 0.0)
+
+    async def main() -> None:
+        assert await k.acquire_async("c")
+        assert await k.acquire_async("c", timeout=1)
+
+    asyncio.run(main())
+
+
+def test_striped() -> None:
+    assert StripedTokenBucket("10/s burst 3").stripes == 2  # by default as many as fit, up to 8
+    assert StripedTokenBucket("10/s burst 100").stripes == 8
+    s = StripedTokenBucket("1000/second burst 8", stripes=4, clock=ManualClock(SEC))
+    assert s.stripes == 4 and s.limit == 8
+    assert s.check(8)  # the whole burst from one thread, borrowing from the others
+    assert not s.check()
+    with pytest.raises(ValueError, match="power of two"):
+        StripedTokenBucket("10/s", stripes=3)
+    with pytest.raises(ValueError, match="stripes"):
+        StripedTokenBucket("10/s burst 2", stripes=4)
+
+
+def test_decorator_on_functions() -> None:
+    clock = ManualClock(0)
+    calls: list[int] = []
+
+    @rate_limit(TokenBucket("2/second", clock=clock))
+    def work(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    assert work(1) == 2 and work(2) == 4
+    with pytest.raises(RateLimited) as err:
+        work(3)
+    assert err.value.decision.retry_after == 0.5 and calls == [1, 2]
+    assert work.__name__ == "work"
+    clock.advance(0.5)
+    assert work(4) == 8
+
+
+def test_decorator_cost_and_key() -> None:
+    keyed = KeyedLimiter("3/minute", clock=ManualClock(0))
+
+    @rate_limit(keyed, key=lambda user, n: user, cost=lambda user, n: n)
+    def send(user: str, n: int) -> str:
+        return f"{user}:{n}"
+
+    assert send("ann", 2) == "ann:2" and send("bob", 3) == "bob:3"
+    with pytest.raises(RateLimited):
+        send("ann", 2)
+    with pytest.raises(TypeError):
+        rate_limit(keyed)
+    with pytest.raises(TypeError):
+        rate_limit("1/s", key=str)
+
+
+def test_decorator_on_coroutines() -> None:
+    @rate_limit("1/minute")
+    async def once() -> str:
+        return "ok"
+
+    @rate_limit("20/second burst 1", wait=True, timeout=2)
+    async def waits() -> float:
+        return time.monotonic()
+
+    async def main() -> None:
+        assert await once() == "ok"
+        with pytest.raises(RateLimited):
+            await once()
+        a = await waits()
+        b = await waits()
+        assert b - a > 0.03
+
+    asyncio.run(main())
+
+
+def test_decorator_waits_when_asked() -> None:
+    @rate_limit("20/second burst 1", wait=True)
+    def tick() -> float:
+        return time.monotonic()
+
+    a, b = tick(), tick()
+    assert b - a > 0.03

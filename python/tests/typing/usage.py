@@ -1,0 +1,77 @@
+"""Typed usage of the public API, checked with `mypy --strict` against the
+installed package (scripts/test-python). Not run; only type-checked."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from fastapi import FastAPI
+from flask import Flask
+
+import sluicegate
+from sluicegate import Decision, KeyedLimiter, KeyedStats, Quota, TokenBucket, rate_limit
+from sluicegate.asgi import RateLimitMiddleware as AsgiLimit
+from sluicegate.wsgi import RateLimitMiddleware as WsgiLimit
+
+tb: TokenBucket = TokenBucket("100/minute")
+d: Decision = tb.check()
+ok: bool = bool(d) and tb.try_acquire(2)
+seconds: float = d.retry_after + d.reset_after
+units: int = d.remaining + d.limit + tb.limit
+quotas: tuple[Quota, ...] = tb.quotas
+q: Quota = Quota(10, datetime.timedelta(seconds=2), burst=3)
+many: tuple[Quota, ...] = Quota.parse_many("1/second; 100/hour")
+compound = sluicegate.FixedWindow(["1/second", q])
+waited: Decision = tb.acquire(1, timeout=0.5)
+
+keyed = KeyedLimiter("10/second", capacity=1_000, algorithm="sliding_window", policy="reject")
+kd: Decision = keyed.check("10.0.0.1", 2)
+stats: KeyedStats = keyed.stats
+evicted: int = stats.evicted + len(keyed)
+
+shaper = sluicegate.Shaper("5/second", max_delay=2.0)
+reservation = shaper.reserve()
+delay: float = reservation.delay if reservation.granted else reservation.decision.retry_after
+cancelled: bool = shaper.cancel(reservation)
+
+
+async def main() -> Decision:
+    first = await tb.acquire_async(timeout=1.0)
+    await keyed.acquire_async(b"user", 1, None)
+    await shaper.acquire_async()
+    return first
+
+
+result: Decision = asyncio.run(main())
+
+
+@rate_limit("2/second")
+def ping(host: str) -> str:
+    return host
+
+
+@rate_limit(keyed, key=lambda user: user, wait=True, timeout=1.0)
+async def fetch(user: str) -> int:
+    return len(user)
+
+
+pong: str = ping("x")
+count: int = asyncio.run(fetch("ann"))
+
+try:
+    tb.check(10_000)
+except sluicegate.CapacityError as e:
+    needed: int = e.requested - e.capacity
+except sluicegate.SluicegateError:
+    pass
+
+try:
+    ping("y")
+except sluicegate.RateLimited as e:
+    retry: float = e.decision.retry_after
+
+api = FastAPI()
+api.add_middleware(AsgiLimit, limits="100/minute", routes={"POST /login": "5/minute"}, trusted_proxies=["10.0.0.0/8"])
+app = Flask(__name__)
+app.wsgi_app = WsgiLimit(app.wsgi_app, "100/minute", legacy_headers=True)  # type: ignore[method-assign]
