@@ -1,1 +1,63 @@
-//! The C ABI of sluicegate.
+//! The C ABI of sluicegate: `libsluicegate.so` / `libsluicegate.a` with the
+//! generated header `include/sluicegate.h` (and the C++17 wrapper
+//! `include/sluicegate.hpp`).
+//!
+//! # Rules every export keeps
+//! * **Status codes.** Every fallible function returns a [`sluicegate_status`];
+//!   `SLUICEGATE_OK` is 0, every other value is an error with a static message
+//!   from `sluicegate_status_str`. Numbers are grouped (1xx arguments, 2xx
+//!   configuration, 3xx requests, 9xx internal) and never reused.
+//! * **Never unwinds.** Every body runs inside a panic boundary
+//!   ([`boundary::guard`]); a panic (a bug) becomes `SLUICEGATE_ERR_PANIC`.
+//! * **Validates everything.** Pointers are checked for NULL, enums arrive as
+//!   `uint32_t` and are checked against the known values, input structs carry
+//!   their own `struct_size`.
+//! * **Opaque handles, one owner.** `sluicegate_*_new` creates a handle that the
+//!   caller owns and releases with the matching `_free` (NULL is accepted and does
+//!   nothing). Every other call borrows it and may run on any thread at once;
+//!   `_free` must not race with other calls on the same handle, and a handle must
+//!   not be used after `_free`.
+//! * **No allocation on the hot path.** Checks, peeks and reconfiguration never
+//!   allocate, never block and never make a system call.
+//! * **Time.** Calls without `_at` read the library's clock, which
+//!   `sluicegate_now_ns` also reads; `_at(now_ns)` calls take the caller's
+//!   nanoseconds instead. Use one time base per handle.
+//!
+//! # Versioned input structs, fixed output structs
+//! `sluicegate_config` starts with `struct_size`, set by the caller to
+//! `sizeof(sluicegate_config)` as it was compiled. A smaller size than the first
+//! published layout is `SLUICEGATE_ERR_STRUCT_SIZE`; a larger one (a caller built
+//! against a newer header) is accepted when every byte this library does not know
+//! is zero. Output structs (`sluicegate_decision`, `sluicegate_keyed_stats`,
+//! `sluicegate_parse_error`) are fixed for this ABI version: new data will come
+//! through new functions.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+// The exported names are C names (`sluicegate_config`, `SLUICEGATE_OK`).
+#![allow(non_camel_case_types)]
+
+pub mod boundary;
+pub mod config;
+pub mod handle;
+pub mod keyed;
+pub mod limiter;
+pub mod status;
+pub mod striped;
+pub mod version;
+
+pub use config::{sluicegate_algorithm, sluicegate_config, sluicegate_parse_error};
+pub use keyed::{
+    sluicegate_full_policy, sluicegate_keyed, sluicegate_keyed_stats, SLUICEGATE_KEYED_MAX_CAPACITY,
+};
+pub use limiter::{sluicegate_decision, sluicegate_limiter, SLUICEGATE_MAX_LIMITS};
+pub use status::sluicegate_status;
+pub use striped::{sluicegate_striped, SLUICEGATE_DEFAULT_STRIPES};
+
+// Every handle is used from many threads at once through a shared pointer.
+const _: () = {
+    const fn thread_safe<T: Send + Sync>() {}
+    thread_safe::<sluicegate_limiter>();
+    thread_safe::<sluicegate_keyed>();
+    thread_safe::<sluicegate_striped>();
+};

@@ -1,0 +1,176 @@
+//! The one status enum and its messages.
+
+use core::ffi::c_char;
+
+use sluicegate::{ConfigError, InsufficientCapacity};
+
+/// The result of every fallible call. `SLUICEGATE_OK` (0) is success; each other
+/// value names one kind of error. Values are grouped — 1xx: an argument, 2xx: a
+/// configuration, 3xx: a request, 9xx: internal — and a number, once published,
+/// is never given another meaning (retired numbers stay reserved).
+///
+/// Received as a plain integer by `sluicegate_status_str`, so an unknown value
+/// from a newer library still gets a message.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum sluicegate_status {
+    /// Success.
+    SLUICEGATE_OK = 0,
+    /// A required pointer argument was NULL.
+    SLUICEGATE_ERR_NULL = 100,
+    /// A struct's `struct_size` is smaller than the first published layout, or it
+    /// is larger and the bytes this library does not know are not zero.
+    SLUICEGATE_ERR_STRUCT_SIZE = 101,
+    /// `algorithm` is not a `sluicegate_algorithm` value.
+    SLUICEGATE_ERR_BAD_ALGORITHM = 102,
+    /// `full_policy` is not a `sluicegate_full_policy` value.
+    SLUICEGATE_ERR_BAD_POLICY = 103,
+    /// A key of length 0.
+    SLUICEGATE_ERR_EMPTY_KEY = 104,
+    /// Zero configs, or more than `SLUICEGATE_MAX_LIMITS`.
+    SLUICEGATE_ERR_LIMIT_COUNT = 105,
+    /// The configs of one compound limiter name different algorithms.
+    SLUICEGATE_ERR_MIXED_ALGORITHMS = 106,
+    /// A limit index past the last limit.
+    SLUICEGATE_ERR_INDEX = 107,
+    /// The output array is too small for every limit in the string.
+    SLUICEGATE_ERR_BUFFER_TOO_SMALL = 108,
+    /// The algorithm is not available for this kind of handle or operation
+    /// (e.g. a keyed sliding log, a compound shaper, `reset` of a compound).
+    SLUICEGATE_ERR_UNSUPPORTED = 109,
+    /// The stripe count is not 1, 2, 4, 8 or 16.
+    SLUICEGATE_ERR_BAD_STRIPES = 110,
+    /// A field that must be positive is zero (amount, period, capacity, ...).
+    SLUICEGATE_ERR_CONFIG_ZERO = 200,
+    /// A value is above what the limiter's state can represent.
+    SLUICEGATE_ERR_CONFIG_TOO_LARGE = 201,
+    /// The rate is faster than one unit per nanosecond.
+    SLUICEGATE_ERR_CONFIG_TOO_FAST = 202,
+    /// The field cannot change on a live limiter (a window length, the
+    /// algorithm, a shaper's max delay, a log's capacity).
+    SLUICEGATE_ERR_CONFIG_IMMUTABLE = 203,
+    /// Any other invalid configuration: a field set that this algorithm does not
+    /// use (`max_delay_ns` outside the shaper, `log_capacity` outside the log).
+    SLUICEGATE_ERR_CONFIG_INVALID = 204,
+    /// The rate string could not be parsed; `sluicegate_parse_error` says where.
+    SLUICEGATE_ERR_PARSE = 205,
+    /// The cost `n` exceeds the limiter's capacity: it can never be admitted (not
+    /// a denial; the decision is filled with `allowed = false`).
+    SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
+    /// Memory for a new handle could not be allocated.
+    SLUICEGATE_ERR_ALLOC = 900,
+    /// A bug: a panic was caught at the ABI boundary. Please report it.
+    SLUICEGATE_ERR_PANIC = 901,
+}
+
+use sluicegate_status::*;
+
+impl sluicegate_status {
+    /// The static, NUL-terminated message of this status.
+    pub fn message(self) -> &'static core::ffi::CStr {
+        match self {
+            SLUICEGATE_OK => c"ok",
+            SLUICEGATE_ERR_NULL => c"a required pointer argument was NULL",
+            SLUICEGATE_ERR_STRUCT_SIZE => {
+                c"struct_size is wrong: set it to sizeof the struct (unknown trailing bytes must be zero)"
+            }
+            SLUICEGATE_ERR_BAD_ALGORITHM => c"algorithm is not a sluicegate_algorithm value",
+            SLUICEGATE_ERR_BAD_POLICY => c"full_policy is not a sluicegate_full_policy value",
+            SLUICEGATE_ERR_EMPTY_KEY => c"the key is empty (length 0)",
+            SLUICEGATE_ERR_LIMIT_COUNT => c"the number of limits must be between 1 and SLUICEGATE_MAX_LIMITS",
+            SLUICEGATE_ERR_MIXED_ALGORITHMS => c"every limit of a compound limiter must use the same algorithm",
+            SLUICEGATE_ERR_INDEX => c"the limit index is out of range",
+            SLUICEGATE_ERR_BUFFER_TOO_SMALL => c"the output array is too small for every limit in the string",
+            SLUICEGATE_ERR_UNSUPPORTED => c"the algorithm is not supported by this kind of limiter or operation",
+            SLUICEGATE_ERR_BAD_STRIPES => c"the stripe count must be 1, 2, 4, 8 or 16",
+            SLUICEGATE_ERR_CONFIG_ZERO => c"a configuration field that must be positive is zero",
+            SLUICEGATE_ERR_CONFIG_TOO_LARGE => c"a configuration value is too large for this limiter",
+            SLUICEGATE_ERR_CONFIG_TOO_FAST => c"the rate is faster than one unit per nanosecond",
+            SLUICEGATE_ERR_CONFIG_IMMUTABLE => c"this configuration field cannot change on a live limiter",
+            SLUICEGATE_ERR_CONFIG_INVALID => c"the configuration is invalid for this algorithm",
+            SLUICEGATE_ERR_PARSE => c"the rate string could not be parsed",
+            SLUICEGATE_ERR_INSUFFICIENT_CAPACITY => {
+                c"the request exceeds the limiter's capacity and can never be admitted"
+            }
+            SLUICEGATE_ERR_ALLOC => c"out of memory",
+            SLUICEGATE_ERR_PANIC => c"internal error (a caught panic): please report it",
+        }
+    }
+
+    /// Every status (for `sluicegate_status_str` and tests).
+    pub(crate) const ALL: [sluicegate_status; 21] = [
+        SLUICEGATE_OK,
+        SLUICEGATE_ERR_NULL,
+        SLUICEGATE_ERR_STRUCT_SIZE,
+        SLUICEGATE_ERR_BAD_ALGORITHM,
+        SLUICEGATE_ERR_BAD_POLICY,
+        SLUICEGATE_ERR_EMPTY_KEY,
+        SLUICEGATE_ERR_LIMIT_COUNT,
+        SLUICEGATE_ERR_MIXED_ALGORITHMS,
+        SLUICEGATE_ERR_INDEX,
+        SLUICEGATE_ERR_BUFFER_TOO_SMALL,
+        SLUICEGATE_ERR_UNSUPPORTED,
+        SLUICEGATE_ERR_BAD_STRIPES,
+        SLUICEGATE_ERR_CONFIG_ZERO,
+        SLUICEGATE_ERR_CONFIG_TOO_LARGE,
+        SLUICEGATE_ERR_CONFIG_TOO_FAST,
+        SLUICEGATE_ERR_CONFIG_IMMUTABLE,
+        SLUICEGATE_ERR_CONFIG_INVALID,
+        SLUICEGATE_ERR_PARSE,
+        SLUICEGATE_ERR_INSUFFICIENT_CAPACITY,
+        SLUICEGATE_ERR_ALLOC,
+        SLUICEGATE_ERR_PANIC,
+    ];
+}
+
+impl From<ConfigError> for sluicegate_status {
+    fn from(e: ConfigError) -> Self {
+        match e {
+            ConfigError::Zero { .. } => SLUICEGATE_ERR_CONFIG_ZERO,
+            ConfigError::TooLarge { .. } => SLUICEGATE_ERR_CONFIG_TOO_LARGE,
+            ConfigError::TooFast { .. } => SLUICEGATE_ERR_CONFIG_TOO_FAST,
+            ConfigError::Immutable { .. } => SLUICEGATE_ERR_CONFIG_IMMUTABLE,
+            _ => SLUICEGATE_ERR_CONFIG_INVALID,
+        }
+    }
+}
+
+impl From<InsufficientCapacity> for sluicegate_status {
+    fn from(_: InsufficientCapacity) -> Self {
+        SLUICEGATE_ERR_INSUFFICIENT_CAPACITY
+    }
+}
+
+/// The static, NUL-terminated English message for `status`; an unknown value
+/// gets `"unknown status"`. The string must not be freed.
+///
+/// Takes the status as a plain integer so that any value, known or not, is safe.
+///
+/// # Safety
+/// None: any value may be passed; the result is valid for the life of the process.
+#[no_mangle]
+pub extern "C" fn sluicegate_status_str(status: u32) -> *const c_char {
+    crate::boundary::guard_ptr(|| {
+        sluicegate_status::ALL
+            .iter()
+            .find(|s| **s as u32 == status)
+            .map_or(c"unknown status", |s| s.message())
+            .as_ptr()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_a_distinct_message() {
+        let mut seen = std::collections::HashSet::new();
+        for s in sluicegate_status::ALL {
+            assert!(seen.insert(s.message()), "{s:?}");
+        }
+        // SAFETY: the function returns a static NUL-terminated string.
+        let unknown = unsafe { core::ffi::CStr::from_ptr(sluicegate_status_str(12345)) };
+        assert_eq!(unknown, c"unknown status");
+    }
+}

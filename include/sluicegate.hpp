@@ -1,0 +1,326 @@
+// sluicegate.hpp: a header-only C++17 wrapper over the sluicegate C ABI
+// (sluicegate.h). Hand-written; link with libsluicegate as for C.
+//
+// Design:
+//  * RAII, move-only handles: sluicegate::limiter, keyed_limiter,
+//    striped_limiter own their C handle (std::unique_ptr with the matching
+//    *_free) and cannot be copied.
+//  * Errors are EXCEPTIONS: every non-OK status (a bad config, a NULL key, a
+//    cost above the capacity, ...) throws sluicegate::error, which carries the
+//    sluicegate_status and its message (and, for a bad rate string, the byte
+//    position). A denial is not an error: check() returns a decision whose
+//    operator bool is false.
+//  * Keys are std::string_view (any bytes); an empty key throws.
+//  * Times are std::chrono: durations in decisions, and the `_at` calls take
+//    the current time as std::chrono::nanoseconds on the library clock
+//    (sluicegate::now()) or on any one monotonic clock used consistently.
+//
+//   sluicegate::limiter api(sluicegate::config::parse("100/s burst 20"));
+//   if (auto d = api.check(); !d) reply_429(d.retry_after_seconds());
+#ifndef SLUICEGATE_HPP
+#define SLUICEGATE_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluicegate.h"
+
+namespace sluicegate {
+
+using std::chrono::nanoseconds;
+
+/// Every failure: the C status, its message, and for parse errors the position.
+class error : public std::runtime_error {
+public:
+    explicit error(sluicegate_status status, std::string detail = {}, std::size_t position = 0)
+        : std::runtime_error(detail.empty() ? std::string(sluicegate_status_str(status))
+                                            : std::string(sluicegate_status_str(status)) + ": " +
+                                                  detail),
+          status_(status), position_(position) {}
+    sluicegate_status status() const noexcept { return status_; }
+    /// For SLUICEGATE_ERR_PARSE: the byte offset in the string.
+    std::size_t position() const noexcept { return position_; }
+
+private:
+    sluicegate_status status_;
+    std::size_t position_;
+};
+
+namespace detail {
+inline void check(sluicegate_status s) {
+    if (s != SLUICEGATE_OK) throw error(s);
+}
+inline const std::uint8_t *key_bytes(std::string_view key) {
+    if (key.empty()) throw error(SLUICEGATE_ERR_EMPTY_KEY);
+    return reinterpret_cast<const std::uint8_t *>(key.data());
+}
+inline std::uint64_t ticks(nanoseconds t) {
+    return t.count() < 0 ? 0 : static_cast<std::uint64_t>(t.count());
+}
+inline nanoseconds dur(std::uint64_t ns) {
+    const auto max = static_cast<std::uint64_t>(nanoseconds::max().count());
+    return nanoseconds(static_cast<nanoseconds::rep>(ns > max ? max : ns));
+}
+}  // namespace detail
+
+enum class algorithm : std::uint32_t {
+    token_bucket = SLUICEGATE_TOKEN_BUCKET,
+    leaky_bucket = SLUICEGATE_LEAKY_BUCKET,
+    shaper = SLUICEGATE_SHAPER,
+    fixed_window = SLUICEGATE_FIXED_WINDOW,
+    sliding_window = SLUICEGATE_SLIDING_WINDOW,
+    sliding_log = SLUICEGATE_SLIDING_LOG,
+};
+
+enum class full_policy : std::uint32_t {
+    evict_stalest = SLUICEGATE_EVICT_STALEST,
+    reject = SLUICEGATE_REJECT,
+    allow_unlimited = SLUICEGATE_ALLOW_UNLIMITED,
+};
+
+/// The library clock's time (the time base of calls without `_at`).
+inline nanoseconds now() noexcept { return detail::dur(sluicegate_now_ns()); }
+
+/// The library version, e.g. "0.1.0".
+inline std::string_view version() noexcept { return sluicegate_version(); }
+
+/// A decision; true when admitted.
+struct decision {
+    bool allowed = false;
+    std::uint64_t remaining = 0;
+    nanoseconds retry_after{0};
+    nanoseconds reset_after{0};
+    std::uint64_t limit = 0;
+    nanoseconds delay{0};  // the shaper's wait before running
+
+    explicit operator bool() const noexcept { return allowed; }
+    /// Whole seconds for a Retry-After header, rounded up.
+    std::uint64_t retry_after_seconds() const noexcept { return ceil_seconds(retry_after); }
+    /// Whole seconds until full again, rounded up (RateLimit's `t`).
+    std::uint64_t reset_after_seconds() const noexcept { return ceil_seconds(reset_after); }
+
+    static decision from(const sluicegate_decision &d) noexcept {
+        return decision{d.allowed, d.remaining, detail::dur(d.retry_after_ns),
+                        detail::dur(d.reset_after_ns), d.limit, detail::dur(d.delay_ns)};
+    }
+
+private:
+    static std::uint64_t ceil_seconds(nanoseconds t) noexcept {
+        const auto ns = static_cast<std::uint64_t>(t.count());
+        return ns / 1000000000u + (ns % 1000000000u != 0);
+    }
+};
+
+/// One limit: algorithm, amount per period, burst and the per-algorithm extras.
+class config {
+public:
+    config(algorithm alg, std::uint64_t amount, nanoseconds period, std::uint64_t burst = 0)
+        : c_{} {
+        c_.struct_size = sizeof(sluicegate_config);
+        c_.algorithm = static_cast<std::uint32_t>(alg);
+        c_.amount = amount;
+        c_.period_ns = detail::ticks(period);
+        c_.burst = burst;
+    }
+
+    /// One limit from a rate string: "100/s", "10 per 2 hours", "100/s burst 20".
+    static config parse(std::string_view rate, algorithm alg = algorithm::token_bucket) {
+        config c(alg, 0, nanoseconds(0));
+        sluicegate_parse_error e{};
+        const auto s = sluicegate_config_parse(rate.data(), rate.size(), &c.c_, &e);
+        if (s != SLUICEGATE_OK) throw error(s, e.message ? e.message : "", e.position);
+        return c;
+    }
+
+    /// Several limits from "1/second; 100/hour", for a compound limiter.
+    static std::vector<config> parse_list(std::string_view rates,
+                                          algorithm alg = algorithm::token_bucket) {
+        std::vector<sluicegate_config> raw(SLUICEGATE_MAX_LIMITS,
+                                           config(alg, 0, nanoseconds(0)).c_);
+        std::size_t n = 0;
+        sluicegate_parse_error e{};
+        const auto s = sluicegate_config_parse_list(rates.data(), rates.size(), raw.data(),
+                                                    raw.size(), &n, &e);
+        if (s != SLUICEGATE_OK) throw error(s, e.message ? e.message : "", e.position);
+        std::vector<config> out;
+        for (std::size_t i = 0; i < n; ++i) out.push_back(config(raw[i]));
+        return out;
+    }
+
+    config &burst(std::uint64_t b) noexcept { c_.burst = b; return *this; }
+    config &max_delay(nanoseconds d) noexcept { c_.max_delay_ns = detail::ticks(d); return *this; }
+    config &log_capacity(std::uint64_t slots) noexcept { c_.log_capacity = slots; return *this; }
+
+    /// Throws if a limiter could not be built from this config, with the reason
+    /// (e.g. "burst is too large for this limiter: the maximum is 213503").
+    void validate() const {
+        char msg[160];
+        const auto s = sluicegate_config_validate(&c_, msg, sizeof msg);
+        if (s != SLUICEGATE_OK) throw error(s, msg);
+    }
+
+    const sluicegate_config &raw() const noexcept { return c_; }
+
+private:
+    explicit config(const sluicegate_config &c) : c_(c) {}
+    sluicegate_config c_;
+};
+
+/// One limiter, or a compound of up to SLUICEGATE_MAX_LIMITS limits of one
+/// algorithm admitted all-or-nothing. Thread-safe; move-only.
+class limiter {
+public:
+    explicit limiter(const config &c) : limiter(std::vector<config>{c}) {}
+    explicit limiter(const std::vector<config> &limits) {
+        if (limits.empty()) throw error(SLUICEGATE_ERR_LIMIT_COUNT);
+        std::vector<sluicegate_config> raw;
+        for (const auto &c : limits) raw.push_back(c.raw());
+        sluicegate_limiter *h = nullptr;
+        detail::check(sluicegate_limiter_new(raw.data(), raw.size(), &h));
+        h_.reset(h);
+    }
+    /// "100/minute" or "1/second; 100/hour".
+    static limiter from_string(std::string_view rates, algorithm alg = algorithm::token_bucket) {
+        return limiter(config::parse_list(rates, alg));
+    }
+
+    decision check(std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        detail::check(sluicegate_limiter_check_n(get(), n, &d));
+        return decision::from(d);
+    }
+    decision check_at(nanoseconds now, std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        detail::check(sluicegate_limiter_check_n_at(get(), n, detail::ticks(now), &d));
+        return decision::from(d);
+    }
+    decision peek(std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        detail::check(sluicegate_limiter_peek_n(get(), n, &d));
+        return decision::from(d);
+    }
+    decision peek_at(nanoseconds now, std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        detail::check(sluicegate_limiter_peek_n_at(get(), n, detail::ticks(now), &d));
+        return decision::from(d);
+    }
+    void set_config(const config &c, std::size_t index = 0) const {
+        detail::check(sluicegate_limiter_set_config(get(), index, &c.raw()));
+    }
+    void reset() const { detail::check(sluicegate_limiter_reset(get())); }
+
+    const sluicegate_limiter *get() const noexcept { return h_.get(); }
+
+private:
+    struct deleter {
+        void operator()(sluicegate_limiter *p) const noexcept { sluicegate_limiter_free(p); }
+    };
+    std::unique_ptr<sluicegate_limiter, deleter> h_;
+};
+
+/// Table statistics.
+struct keyed_stats {
+    std::uint64_t capacity, inserted, reused, evicted, rejected, unlimited;
+};
+
+/// One state per key (any bytes), all under one quota, in a table of fixed
+/// capacity allocated once. Thread-safe; move-only.
+class keyed_limiter {
+public:
+    keyed_limiter(const config &c, std::uint64_t capacity,
+                  full_policy policy = full_policy::evict_stalest) {
+        sluicegate_keyed *h = nullptr;
+        detail::check(sluicegate_keyed_new(&c.raw(), capacity,
+                                           static_cast<std::uint32_t>(policy), &h));
+        h_.reset(h);
+    }
+
+    decision check(std::string_view key, std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        const auto k = detail::key_bytes(key);
+        detail::check(sluicegate_keyed_check_n(get(), k, key.size(), n, &d));
+        return decision::from(d);
+    }
+    decision check_at(std::string_view key, nanoseconds now, std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        const auto k = detail::key_bytes(key);
+        detail::check(sluicegate_keyed_check_n_at(get(), k, key.size(), n, detail::ticks(now), &d));
+        return decision::from(d);
+    }
+    decision peek(std::string_view key, std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        const auto k = detail::key_bytes(key);
+        detail::check(sluicegate_keyed_peek_n(get(), k, key.size(), n, &d));
+        return decision::from(d);
+    }
+    decision peek_at(std::string_view key, nanoseconds now, std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        const auto k = detail::key_bytes(key);
+        detail::check(sluicegate_keyed_peek_n_at(get(), k, key.size(), n, detail::ticks(now), &d));
+        return decision::from(d);
+    }
+    void set_config(const config &c) const {
+        detail::check(sluicegate_keyed_set_config(get(), &c.raw()));
+    }
+    void clear() const { detail::check(sluicegate_keyed_clear(get())); }
+    keyed_stats stats() const {
+        sluicegate_keyed_stats s{};
+        detail::check(sluicegate_keyed_get_stats(get(), &s));
+        return keyed_stats{s.capacity, s.inserted, s.reused, s.evicted, s.rejected, s.unlimited};
+    }
+    /// Live keys at `now` (a scan of the whole table).
+    std::uint64_t live_keys_at(nanoseconds now) const {
+        std::uint64_t n = 0;
+        detail::check(sluicegate_keyed_len_at(get(), detail::ticks(now), &n));
+        return n;
+    }
+
+    const sluicegate_keyed *get() const noexcept { return h_.get(); }
+
+private:
+    struct deleter {
+        void operator()(sluicegate_keyed *p) const noexcept { sluicegate_keyed_free(p); }
+    };
+    std::unique_ptr<sluicegate_keyed, deleter> h_;
+};
+
+/// A token bucket split over cache-padded stripes, for one hot limit checked by
+/// many threads. Thread-safe; move-only.
+class striped_limiter {
+public:
+    explicit striped_limiter(const config &c, std::uint32_t stripes = SLUICEGATE_DEFAULT_STRIPES) {
+        sluicegate_striped *h = nullptr;
+        detail::check(sluicegate_striped_new(&c.raw(), stripes, &h));
+        h_.reset(h);
+    }
+    decision check(std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        detail::check(sluicegate_striped_check_n(get(), n, &d));
+        return decision::from(d);
+    }
+    decision check_at(nanoseconds now, std::uint64_t n = 1) const {
+        sluicegate_decision d{};
+        detail::check(sluicegate_striped_check_n_at(get(), n, detail::ticks(now), &d));
+        return decision::from(d);
+    }
+    void set_config(const config &c) const {
+        detail::check(sluicegate_striped_set_config(get(), &c.raw()));
+    }
+    const sluicegate_striped *get() const noexcept { return h_.get(); }
+
+private:
+    struct deleter {
+        void operator()(sluicegate_striped *p) const noexcept { sluicegate_striped_free(p); }
+    };
+    std::unique_ptr<sluicegate_striped, deleter> h_;
+};
+
+}  // namespace sluicegate
+
+#endif  // SLUICEGATE_HPP
