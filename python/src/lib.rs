@@ -9,6 +9,7 @@ mod errors;
 mod keyed;
 mod limiters;
 mod quota;
+mod redis;
 mod wait;
 
 use pyo3::prelude::*;
@@ -29,5 +30,7 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiters::PyStriped>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<keyed::PyKeyedStats>()?;
+    m.add_class::<redis::PyRedisLimiter>()?;
+    m.add_class::<redis::PyRedisKeyedLimiter>()?;
     Ok(())
 }

@@ -10,7 +10,9 @@ Classes: :class:`TokenBucket` (GCRA), :class:`LeakyBucket` (meter),
 :class:`Shaper` (leaky bucket that delays), :class:`FixedWindow`,
 :class:`SlidingWindow` (counter), :class:`SlidingLog` (exact),
 :class:`StripedTokenBucket` (one hot limit, many threads) and
-:class:`KeyedLimiter` (one state per client key, bounded memory). Limits are
+:class:`KeyedLimiter` (one state per client key, bounded memory);
+:class:`RedisLimiter` and :class:`RedisKeyedLimiter` keep the same limits in
+Redis, shared by every process (``url="redis://…"``, a failure policy each). Limits are
 strings (``"100/minute"``, ``"10 per 2 hours"``, ``"100/s burst 200"``,
 ``"1/second; 100/hour"`` checked all-or-nothing), :class:`Quota` objects or
 keyword arguments (``amount=``, ``period=`` in seconds, ``burst=``).
@@ -27,6 +29,8 @@ from ._sluicegate import (
     LeakyBucket,
     ManualClock,
     Quota,
+    RedisKeyedLimiter,
+    RedisLimiter,
     Reservation,
     Shaper,
     SlidingLog,
@@ -47,6 +51,8 @@ __all__ = [
     "ManualClock",
     "Quota",
     "RateLimited",
+    "RedisKeyedLimiter",
+    "RedisLimiter",
     "Reservation",
     "Shaper",
     "SlidingLog",

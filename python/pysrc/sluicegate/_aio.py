@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ._errors import AcquireTimeout
 
 if TYPE_CHECKING:
     from ._sluicegate import Decision, Shaper
+
+_T = TypeVar("_T")
 
 # A denial that can never turn into an admission still gets looked at again now
 # and then, rather than handing asyncio an infinite sleep.
@@ -68,3 +70,9 @@ async def reserve(shaper: Shaper, n: int, timeout: float | None) -> Decision:
                 raise
             return reservation.decision
         await asyncio.sleep(_pause(reservation.decision, deadline))
+
+
+async def in_thread(f: Callable[..., _T], *args: Any) -> _T:
+    """A blocking call (a Redis round trip, GIL released) on a worker thread, so the
+    event loop goes on meanwhile."""
+    return await asyncio.to_thread(f, *args)

@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Callable, Coroutine, Literal, Protocol, Union
 
 from ._errors import CapacityError
 from ._sluicegate import Decision, KeyedLimiter, ManualClock, Quota
@@ -46,13 +46,25 @@ def _ceil_secs(ns: int) -> int:
     return -(-ns // _NS)
 
 
+class Table(Protocol):
+    """What a rule's per-quota table must do: a :class:`KeyedLimiter`, a
+    :class:`RedisKeyedLimiter`, or anything with the same two calls."""
+
+    def check(self, key: str | bytes | int, n: int = 1, /) -> Decision: ...
+
+    def peek(self, key: str | bytes | int, n: int = 1, /) -> Decision: ...
+
+
+TableFactory = Callable[[Quota], Table]
+
+
 @dataclass(frozen=True)
 class Rule:
     """One set of limits: a name for the headers, its quotas, one keyed table per quota."""
 
     name: str
     quotas: tuple[Quota, ...]
-    tables: tuple[KeyedLimiter, ...]
+    tables: tuple[Table, ...]
     item_names: tuple[str, ...]
     policy_field: str
 
@@ -126,6 +138,7 @@ class HttpLimiter:
         policy: _Policy,
         legacy_headers: bool,
         clock: ManualClock | None,
+        table_factory: TableFactory | None = None,
     ) -> None:
         if not 0 <= ipv6_prefix <= 128:
             raise ValueError("ipv6_prefix must be between 0 and 128")
@@ -135,6 +148,7 @@ class HttpLimiter:
         self._algorithm = algorithm
         self._policy = policy
         self._clock = clock
+        self._table_factory = table_factory
         self.legacy_headers = legacy_headers
         self.ipv6_prefix = ipv6_prefix
         self.forwarded_header = forwarded_header
@@ -159,8 +173,10 @@ class HttpLimiter:
             quotas.extend(Quota.parse_many(item) if isinstance(item, str) else [item])
         if not quotas:
             raise ValueError(f"no limits given for {name!r}")
-        tables = tuple(
-            KeyedLimiter(
+        tables: tuple[Table, ...] = tuple(
+            self._table_factory(q)
+            if self._table_factory is not None
+            else KeyedLimiter(
                 q,
                 capacity=self._capacity,
                 algorithm=self._algorithm,
@@ -227,12 +243,22 @@ class HttpLimiter:
             if all(decisions):
                 decisions = [t.check(key, cost) for t in rule.tables]
         except CapacityError as e:
-            return Outcome(
-                False,
-                [("RateLimit-Policy", rule.policy_field)],
-                None,
-                f"This request costs {e.requested} units, more than the limit of {e.capacity} ever allows.",
-            )
+            return _too_costly(rule, e)
+        return self._outcome(rule, decisions)
+
+    async def decide_async(self, rule: Rule, key: str | bytes | int, cost: int) -> Outcome:
+        """:meth:`decide` for the ASGI middleware: tables with ``peek_async`` and
+        ``check_async`` (the Redis ones) are awaited, so the event loop never
+        waits on a round trip; local tables are called directly."""
+        try:
+            decisions = [await _call(t, "peek", key, cost) for t in rule.tables]
+            if all(decisions):
+                decisions = [await _call(t, "check", key, cost) for t in rule.tables]
+        except CapacityError as e:
+            return _too_costly(rule, e)
+        return self._outcome(rule, decisions)
+
+    def _outcome(self, rule: Rule, decisions: list[Decision]) -> Outcome:
         headers = [("RateLimit-Policy", rule.policy_field), ("RateLimit", _ratelimit_field(rule, decisions))]
         if self.legacy_headers:
             i = min(range(len(decisions)), key=lambda j: decisions[j].remaining)
@@ -251,6 +277,25 @@ class HttpLimiter:
             + f". Try again in {retry} second{'s' if retry != 1 else ''}."
         )
         return Outcome(False, headers, retry, detail)
+
+
+async def _call(table: Table, what: str, key: str | bytes | int, cost: int) -> Decision:
+    coroutine: Callable[[str | bytes | int, int], Coroutine[Any, Any, Decision]] | None = getattr(
+        table, what + "_async", None
+    )
+    if coroutine is not None and not isinstance(table, KeyedLimiter):
+        return await coroutine(key, cost)
+    call: Callable[[str | bytes | int, int], Decision] = getattr(table, what)
+    return call(key, cost)
+
+
+def _too_costly(rule: Rule, e: CapacityError) -> Outcome:
+    return Outcome(
+        False,
+        [("RateLimit-Policy", rule.policy_field)],
+        None,
+        f"This request costs {e.requested} units, more than the limit of {e.capacity} ever allows.",
+    )
 
 
 def _ratelimit_field(rule: Rule, decisions: list[Decision]) -> str:

@@ -13,6 +13,8 @@ __all__ = [
     "LeakyBucket",
     "ManualClock",
     "Quota",
+    "RedisKeyedLimiter",
+    "RedisLimiter",
     "Reservation",
     "Shaper",
     "SlidingLog",
@@ -252,3 +254,64 @@ class KeyedLimiter:
     def limit(self) -> int: ...
     @property
     def quotas(self) -> tuple[Quota, ...]: ...
+
+_RedisAlgorithm = Literal["token_bucket", "leaky_bucket", "fixed_window", "sliding_window", "shaper"]
+_FailurePolicy = Literal["open", "closed", "local"]
+
+@final
+class RedisKeyedLimiter:
+    def __new__(
+        cls,
+        limit: _Limit | None = None,
+        *,
+        url: str,
+        name: str,
+        algorithm: _RedisAlgorithm = "token_bucket",
+        prefix: str = "sluicegate:",
+        timeout: float = 0.025,
+        failure_policy: _FailurePolicy = "local",
+        local_share: int = 10,
+        max_delay: float | None = None,
+        amount: int | None = None,
+        period: _Period | None = None,
+        burst: int | None = None,
+    ) -> RedisKeyedLimiter: ...
+    def check(self, key: _Key, n: int = 1) -> Decision: ...
+    def peek(self, key: _Key, n: int = 1) -> Decision: ...
+    def check_with_source(self, key: _Key, n: int = 1) -> tuple[Decision, str]: ...
+    def try_acquire(self, key: _Key, n: int = 1) -> bool: ...
+    def check_async(self, key: _Key, n: int = 1) -> Coroutine[Any, Any, Decision]: ...
+    def peek_async(self, key: _Key, n: int = 1) -> Coroutine[Any, Any, Decision]: ...
+    def redis_key(self, key: _Key) -> str: ...
+    @property
+    def quota(self) -> Quota: ...
+    @property
+    def limit(self) -> int: ...
+
+@final
+class RedisLimiter:
+    def __new__(
+        cls,
+        limit: _Limit | None = None,
+        *,
+        url: str,
+        name: str,
+        algorithm: _RedisAlgorithm = "token_bucket",
+        prefix: str = "sluicegate:",
+        timeout: float = 0.025,
+        failure_policy: _FailurePolicy = "local",
+        local_share: int = 10,
+        max_delay: float | None = None,
+        amount: int | None = None,
+        period: _Period | None = None,
+        burst: int | None = None,
+    ) -> RedisLimiter: ...
+    def check(self, n: int = 1) -> Decision: ...
+    def peek(self, n: int = 1) -> Decision: ...
+    def try_acquire(self, n: int = 1) -> bool: ...
+    def check_async(self, n: int = 1) -> Coroutine[Any, Any, Decision]: ...
+    def peek_async(self, n: int = 1) -> Coroutine[Any, Any, Decision]: ...
+    @property
+    def quota(self) -> Quota: ...
+    @property
+    def limit(self) -> int: ...

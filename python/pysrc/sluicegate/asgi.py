@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
-from ._http import _Algorithm, _ForwardedHeader, HttpLimiter, _LimitSpec, Outcome, _Policy
+from ._http import _Algorithm, _ForwardedHeader, HttpLimiter, _LimitSpec, Outcome, _Policy, TableFactory
 from ._sluicegate import ManualClock
 
 __all__ = ["RateLimitMiddleware"]
@@ -40,6 +40,9 @@ class RateLimitMiddleware:
     (``None`` exempts the request). ``cost_func(scope)``: units the request costs
     (default 1). ``capacity``: keys each table holds; ``policy``: what happens when
     it is full of live keys. ``legacy_headers``: also send ``X-RateLimit-*``.
+    ``table_factory(quota)``: builds each limit's table instead of a local
+    ``KeyedLimiter``, e.g. ``lambda q: RedisKeyedLimiter(q, url=..., name=...)``
+    to share the limits through Redis.
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class RateLimitMiddleware:
         policy: _Policy = "evict_stalest",
         legacy_headers: bool = False,
         clock: ManualClock | None = None,
+        table_factory: TableFactory | None = None,
     ) -> None:
         self.app = app
         self.limiter = HttpLimiter(
@@ -73,6 +77,7 @@ class RateLimitMiddleware:
             policy=policy,
             legacy_headers=legacy_headers,
             clock=clock,
+            table_factory=table_factory,
         )
         self.key_func = key_func or self.client_key
         self.cost_func = cost_func
@@ -101,7 +106,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         cost = self.cost_func(scope) if self.cost_func is not None else 1
-        outcome = self.limiter.decide(rule, key, cost)
+        outcome = await self.limiter.decide_async(rule, key, cost)
         if not outcome.allowed:
             await _deny(outcome, send)
             return

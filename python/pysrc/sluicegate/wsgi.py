@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ._http import HttpLimiter, _Algorithm, _ForwardedHeader, _LimitSpec, _Policy
+from ._http import HttpLimiter, TableFactory, _Algorithm, _ForwardedHeader, _LimitSpec, _Policy
 from ._sluicegate import ManualClock
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class RateLimitMiddleware:
         policy: _Policy = "evict_stalest",
         legacy_headers: bool = False,
         clock: ManualClock | None = None,
+        table_factory: TableFactory | None = None,
     ) -> None:
         self.app = app
         self.limiter = HttpLimiter(
@@ -59,6 +60,7 @@ class RateLimitMiddleware:
             policy=policy,
             legacy_headers=legacy_headers,
             clock=clock,
+            table_factory=table_factory,
         )
         self.key_func = key_func or self.client_key
         self.cost_func = cost_func

@@ -75,3 +75,26 @@ api = FastAPI()
 api.add_middleware(AsgiLimit, limits="100/minute", routes={"POST /login": "5/minute"}, trusted_proxies=["10.0.0.0/8"])
 app = Flask(__name__)
 app.wsgi_app = WsgiLimit(app.wsgi_app, "100/minute", legacy_headers=True)  # type: ignore[method-assign]
+
+# The Redis tier: the same Decision, sync and async, and the middleware's tables.
+remote = sluicegate.RedisKeyedLimiter("100/minute", url="redis://127.0.0.1:6379", name="api", failure_policy="closed")
+shared = sluicegate.RedisLimiter(amount=10, period=1.0, url="redis://127.0.0.1:6379", name="one", algorithm="sliding_window")
+
+
+def redis_calls() -> None:
+    d: sluicegate.Decision = remote.check("203.0.113.7", 2)
+    source: str = remote.check_with_source(b"k")[1]
+    ok: bool = shared.try_acquire() and remote.peek(7).allowed
+
+
+async def redis_async() -> float:
+    d = await remote.check_async("k")
+    e = await shared.peek_async(0)
+    return d.retry_after + e.reset_after
+
+
+api.add_middleware(
+    AsgiLimit,
+    limits="100/minute",
+    table_factory=lambda q: sluicegate.RedisKeyedLimiter(q, url="redis://127.0.0.1:6379", name="http"),
+)

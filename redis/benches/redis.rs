@@ -1,0 +1,198 @@
+//! Benchmarks against a local redis-server (`scripts/bench-redis` starts one and
+//! sets `SLUICEGATE_REDIS_URL`): a PING round trip as the floor, our check, and
+//! redis_rate's GCRA script run through redis-rs, each sequential from one
+//! client; then throughput with pipelining and the hybrid mode's local share,
+//! printed as a table with the targets.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use sluicegate::Quota;
+use sluicegate_redis::{
+    Algorithm, Backend, Config, HybridConfig, HybridLimiter, Limit, RedisLimiter,
+};
+use tokio::runtime::Runtime;
+
+const REDIS_RATE: &str = include_str!("redis_rate_gcra.lua");
+
+struct Env {
+    rt: Runtime,
+    url: String,
+    conn: redis::aio::MultiplexedConnection,
+    ours: RedisLimiter,
+    rate_script: redis::Script,
+}
+
+fn env() -> Env {
+    let url = std::env::var("SLUICEGATE_REDIS_URL")
+        .unwrap_or_else(|_| panic!("SLUICEGATE_REDIS_URL is not set: run scripts/bench-redis"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let conn = rt
+        .block_on(
+            redis::Client::open(url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection(),
+        )
+        .unwrap();
+    let ours = limiter(&url, "bench");
+    Env {
+        rt,
+        url,
+        conn,
+        ours,
+        rate_script: redis::Script::new(REDIS_RATE),
+    }
+}
+
+/// A quota no benchmark exhausts, so every check does the full admit-and-write path.
+fn limiter(url: &str, name: &str) -> RedisLimiter {
+    let limit = Limit::new(
+        Algorithm::TokenBucket,
+        Quota::per_second(1_000_000).burst(1_000_000),
+    )
+    .unwrap();
+    let cfg = Config {
+        timeout: Duration::from_secs(1),
+        ..Config::default()
+    };
+    RedisLimiter::new(Backend::from_url(url).unwrap(), name, limit, cfg).unwrap()
+}
+
+async fn ping(c: &mut redis::aio::MultiplexedConnection) {
+    let _: String = redis::cmd("PING").query_async(c).await.unwrap();
+}
+
+async fn redis_rate(s: &redis::Script, c: &mut redis::aio::MultiplexedConnection) {
+    let _: redis::Value = s
+        .key("bench:redis_rate")
+        .arg(1_000_000)
+        .arg(1_000_000)
+        .arg(1)
+        .arg(1)
+        .invoke_async(c)
+        .await
+        .unwrap();
+}
+
+fn criterion_benches(c: &mut Criterion, e: &mut Env) {
+    let mut g = c.benchmark_group("sequential_round_trip");
+    g.bench_function("ping", |b| b.iter(|| e.rt.block_on(ping(&mut e.conn))));
+    g.bench_function("sluicegate_check", |b| {
+        b.iter(|| black_box(e.rt.block_on(e.ours.check("k")).unwrap()))
+    });
+    g.bench_function("redis_rate_gcra", |b| {
+        b.iter(|| e.rt.block_on(redis_rate(&e.rate_script, &mut e.conn)))
+    });
+    g.finish();
+}
+
+/// Operations per second of `f` run back to back for `for_`.
+fn rate(for_: Duration, mut f: impl FnMut() -> u64) -> f64 {
+    let start = Instant::now();
+    let mut ops = 0;
+    while start.elapsed() < for_ {
+        ops += f();
+    }
+    ops as f64 / start.elapsed().as_secs_f64()
+}
+
+fn table(e: &mut Env) {
+    // Interleaved rounds, so that drift in the machine's speed (other processes,
+    // frequency) falls on all three alike.
+    let round = Duration::from_millis(50);
+    let (mut ping_rate, mut ours_rate, mut rr_rate) = (0.0, 0.0, 0.0);
+    let rounds = 40;
+    for _ in 0..rounds {
+        ping_rate += rate(round, || {
+            e.rt.block_on(ping(&mut e.conn));
+            1
+        }) / rounds as f64;
+        ours_rate += rate(round, || {
+            e.rt.block_on(e.ours.check("k")).unwrap();
+            1
+        }) / rounds as f64;
+        rr_rate += rate(round, || {
+            e.rt.block_on(redis_rate(&e.rate_script, &mut e.conn));
+            1
+        }) / rounds as f64;
+    }
+    let d = Duration::from_secs(2);
+    // Pipelined: batches of 256 checks over 64 keys, one write and one read each,
+    // two batches in flight so the server never waits for the client to build one.
+    let keys: Vec<String> = (0..64).map(|i| format!("p{i}")).collect();
+    let items: Vec<(&str, u64)> = (0..256).map(|i| (keys[i % 64].as_str(), 1)).collect();
+    let piped = rate(d, || {
+        let (a, b) = e
+            .rt
+            .block_on(async { tokio::join!(e.ours.check_many(&items), e.ours.check_many(&items)) });
+        (a.len() + b.len()) as u64
+    });
+    // Hybrid: a steady 2000 checks/s on one key, a fifth of its 10 000/s quota.
+    let limit = Limit::new(
+        Algorithm::TokenBucket,
+        Quota::per_second(10_000).burst(5_000),
+    )
+    .unwrap();
+    let cfg = Config {
+        timeout: Duration::from_secs(1),
+        ..Config::default()
+    };
+    let name = format!("hybrid-{}", std::process::id());
+    let h = HybridLimiter::new(
+        RedisLimiter::new(Backend::from_url(&e.url).unwrap(), &name, limit, cfg).unwrap(),
+        HybridConfig::default(),
+    )
+    .unwrap();
+    let hybrid_allowed = e.rt.block_on(async {
+        let mut tick = tokio::time::interval(Duration::from_micros(500));
+        let mut allowed = 0u64;
+        for _ in 0..4000 {
+            tick.tick().await;
+            if h.check("k").await.unwrap().decision.allowed {
+                allowed += 1;
+            }
+        }
+        allowed
+    });
+    let share = h.stats().local_share();
+
+    let yes = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!();
+    println!("| measurement | result | target | |");
+    println!("|---|---|---|---|");
+    println!("| PING round trip, sequential (floor) | {ping_rate:.0} ops/s | | |");
+    println!(
+        "| sluicegate check, sequential | {ours_rate:.0} checks/s ({:.2}× PING) | ≥ 0.9× PING | {} |",
+        ours_rate / ping_rate,
+        yes(ours_rate >= 0.9 * ping_rate)
+    );
+    println!(
+        "| redis_rate GCRA script, sequential | {rr_rate:.0} checks/s ({:.2}× PING) | (comparison) | |",
+        rr_rate / ping_rate
+    );
+    println!(
+        "| sluicegate check, pipelined (2 × check_many of 256 in flight) | {piped:.0} checks/s | ≥ 100 000/s | {} |",
+        yes(piped >= 100_000.0)
+    );
+    println!(
+        "| hybrid, steady 2000/s under a 10 000/s quota | {:.1}% without a round trip ({hybrid_allowed}/4000 admitted) | ≥ 95% | {} |",
+        100.0 * share,
+        yes(share >= 0.95)
+    );
+}
+
+fn main() {
+    let mut e = env();
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30)
+        .configure_from_args();
+    criterion_benches(&mut c, &mut e);
+    c.final_summary();
+    table(&mut e);
+}

@@ -1,0 +1,67 @@
+-- sluicegate fixed window: at most `limit` units per window, windows aligned to
+-- multiples of the window length on Redis TIME.
+--
+-- KEYS[1]  the limit's key; its value is "index:count" (window index = now / W).
+--          Absent = empty window.
+-- ARGV[1]  W, the window in whole microseconds
+-- ARGV[2]  limit
+-- ARGV[3]  n, the cost (0 = peek)
+-- ARGV[4]  mode: 'c' consume, 'p' peek at cost n (never writes)
+--
+-- Admit iff count + n <= limit in the current window; a stored window later than
+-- now's (Redis TIME went back, e.g. after a failover) is decided as the stored
+-- window: no time has passed. The key expires (PX) when its window ends, when it
+-- decides exactly like an absent one. Nothing is written on a denial.
+--
+-- Reply: {allowed, remaining, retry_after_us, reset_after_us, limit, now_us, 0, granted}
+local w = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local mode = ARGV[4]
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local stored, count = 0, 0
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local i, c = string.match(raw, '^(%d+):(%d+)$')
+  if i then
+    stored, count = tonumber(i), tonumber(c)
+  end
+end
+
+local now_index = idiv(now, w)
+local index = stored
+if count == 0 or now_index > stored then
+  index, count = now_index, 0
+end
+local to_end = (index + 1) * w - now
+if to_end < 0 then to_end = 0 end
+
+if count + n <= limit then
+  local after = count + n
+  local reset = 0
+  if after > 0 then reset = to_end end
+  if n > 0 and mode ~= 'p' then
+    redis.call('SET', KEYS[1], string.format('%d:%d', index, after),
+      'PX', string.format('%d', math.max(1, idiv(to_end + 999, 1000))))
+  end
+  local granted = n
+  if mode == 'p' then granted = 0 end
+  return {1, limit - after, 0, reset, limit, now, 0, granted}
+end
+
+local remaining = limit - count
+if remaining < 0 then remaining = 0 end
+return {0, remaining, to_end, to_end, limit, now, 0, 0}

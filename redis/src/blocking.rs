@@ -1,0 +1,211 @@
+//! Blocking wrappers: the async limiters driven by a private runtime (one worker
+//! thread that also keeps the multiplexed connection's socket busy). Call these
+//! from plain threads, not from inside an async runtime (that would block it).
+
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::hybrid::{HybridConfig, HybridLimiter as AsyncHybrid, HybridStats};
+use crate::limit::{Limit, Reply};
+use crate::limiter::{Config, RedisLimiter as AsyncLimiter, Verdict};
+use crate::Backend;
+
+fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("sluicegate-redis")
+        .enable_all()
+        .build()
+        .map(Arc::new)
+        .map_err(|e| Error::Url(format!("cannot start the runtime: {e}")))
+}
+
+/// The blocking [`crate::RedisLimiter`]. Cheap to clone; usable from many threads.
+///
+/// ```no_run
+/// use sluicegate::Quota;
+/// use sluicegate_redis::{blocking, Algorithm, Backend, Config, Limit};
+/// let limit = Limit::new(Algorithm::FixedWindow, Quota::per_minute(2))?;
+/// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "b", limit, Config::default())?;
+/// rl.check("k")?;
+/// rl.check("k")?;
+/// assert!(!rl.check("k")?.decision.allowed); // 2 per minute, both spent
+/// # Ok::<(), sluicegate_redis::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisLimiter {
+    rt: Arc<tokio::runtime::Runtime>,
+    inner: AsyncLimiter,
+}
+
+impl RedisLimiter {
+    /// See [`crate::RedisLimiter::new`].
+    ///
+    /// ```
+    /// # use sluicegate::Quota;
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert_eq!(rl.limit().capacity(), 1);
+    /// ```
+    pub fn new(backend: Backend, name: &str, limit: Limit, cfg: Config) -> Result<Self, Error> {
+        Ok(Self {
+            rt: runtime()?,
+            inner: AsyncLimiter::new(backend, name, limit, cfg)?,
+        })
+    }
+
+    /// The async limiter this one drives.
+    ///
+    /// ```
+    /// # use sluicegate::Quota;
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert_eq!(rl.as_async().redis_key("k"), "sluicegate:x:{k}");
+    /// ```
+    pub fn as_async(&self) -> &AsyncLimiter {
+        &self.inner
+    }
+
+    /// See [`crate::RedisLimiter::limit`].
+    ///
+    /// ```
+    /// # use sluicegate::Quota;
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert_eq!(rl.limit(), &limit);
+    /// ```
+    pub fn limit(&self) -> &Limit {
+        self.inner.limit()
+    }
+
+    /// See [`crate::RedisLimiter::check`].
+    ///
+    /// ```no_run
+    /// # fn f(rl: sluicegate_redis::blocking::RedisLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// assert!(rl.check("k")?.decision.limit > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self, key: &str) -> Result<Verdict, Error> {
+        self.rt.block_on(self.inner.check(key))
+    }
+
+    /// See [`crate::RedisLimiter::check_n`].
+    ///
+    /// ```no_run
+    /// # fn f(rl: sluicegate_redis::blocking::RedisLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// assert!(rl.check_n("k", u64::MAX).is_err()); // above capacity: never sent
+    /// # Ok(()) }
+    /// ```
+    pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        self.rt.block_on(self.inner.check_n(key, n))
+    }
+
+    /// See [`crate::RedisLimiter::peek_n`].
+    ///
+    /// ```no_run
+    /// # fn f(rl: sluicegate_redis::blocking::RedisLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// let a = rl.peek_n("k", 1)?.decision.remaining;
+    /// assert_eq!(rl.peek_n("k", 1)?.decision.remaining, a);
+    /// # Ok(()) }
+    /// ```
+    pub fn peek_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        self.rt.block_on(self.inner.peek_n(key, n))
+    }
+
+    /// See [`crate::RedisLimiter::check_many`].
+    ///
+    /// ```no_run
+    /// # fn f(rl: sluicegate_redis::blocking::RedisLimiter) {
+    /// assert_eq!(rl.check_many(&[("a", 1), ("b", 2)]).len(), 2);
+    /// # }
+    /// ```
+    pub fn check_many(&self, items: &[(&str, u64)]) -> Vec<Result<Verdict, Error>> {
+        self.rt.block_on(self.inner.check_many(items))
+    }
+
+    /// See [`crate::RedisLimiter::try_check_n`].
+    ///
+    /// ```no_run
+    /// # fn f(rl: sluicegate_redis::blocking::RedisLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// assert!(rl.try_check_n("k", 1)?.now_us > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn try_check_n(&self, key: &str, n: u64) -> Result<Reply, Error> {
+        self.rt.block_on(self.inner.try_check_n(key, n))
+    }
+}
+
+/// The blocking [`crate::HybridLimiter`].
+///
+/// ```no_run
+/// use sluicegate::Quota;
+/// use sluicegate_redis::{blocking, Algorithm, Backend, Config, HybridConfig, Limit};
+/// let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100))?;
+/// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "h", limit, Config::default())?;
+/// let h = blocking::HybridLimiter::new(rl, HybridConfig::default())?;
+/// assert!(h.check("k")?.decision.allowed);
+/// # Ok::<(), sluicegate_redis::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct HybridLimiter {
+    rt: Arc<tokio::runtime::Runtime>,
+    inner: AsyncHybrid,
+}
+
+impl HybridLimiter {
+    /// See [`crate::HybridLimiter::new`].
+    ///
+    /// ```
+    /// # use sluicegate::Quota;
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100)).unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.stats().local, 0);
+    /// ```
+    pub fn new(remote: RedisLimiter, cfg: HybridConfig) -> Result<Self, Error> {
+        Ok(Self {
+            inner: AsyncHybrid::new(remote.inner, cfg)?,
+            rt: remote.rt,
+        })
+    }
+
+    /// See [`crate::HybridLimiter::check_n`].
+    ///
+    /// ```no_run
+    /// # fn f(h: sluicegate_redis::blocking::HybridLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// assert!(h.check_n("k", 1)?.decision.limit > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        self.rt.block_on(self.inner.check_n(key, n))
+    }
+
+    /// See [`crate::HybridLimiter::check`].
+    ///
+    /// ```no_run
+    /// # fn f(h: sluicegate_redis::blocking::HybridLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// assert!(h.check("k")?.decision.limit > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self, key: &str) -> Result<Verdict, Error> {
+        self.check_n(key, 1)
+    }
+
+    /// See [`crate::HybridLimiter::stats`].
+    ///
+    /// ```
+    /// # use sluicegate::Quota;
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100)).unwrap();
+    /// # let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.stats().round_trips, 0);
+    /// ```
+    pub fn stats(&self) -> HybridStats {
+        self.inner.stats()
+    }
+}

@@ -1,0 +1,126 @@
+//! A circuit breaker: after `failure_threshold` consecutive failures Redis is not
+//! asked for `cooldown`, so a dead server costs no latency per request; then one
+//! probe is let through (half-open), and its success closes the circuit.
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::time::Duration;
+use std::time::Instant;
+
+/// Breaker settings.
+///
+/// ```
+/// use sluicegate_redis::BreakerConfig;
+/// let b = BreakerConfig::default();
+/// assert_eq!(b.failure_threshold, 3);
+/// assert_eq!(b.cooldown.as_millis(), 500);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures (errors or timeouts) that open the circuit.
+    pub failure_threshold: u32,
+    /// How long the circuit stays open before one probe is let through.
+    pub cooldown: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failure_threshold: 3,
+            cooldown: Duration::from_millis(500),
+        }
+    }
+}
+
+/// What the breaker allows for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Permit {
+    /// Closed: ask Redis.
+    Call,
+    /// Half-open: this call is the one probe.
+    Probe,
+    /// Open: do not ask.
+    Reject,
+}
+
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    cfg: BreakerConfig,
+    epoch: Instant,
+    failures: AtomicU32,
+    /// Nanoseconds since `epoch` until which the circuit is open; 0 = closed.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+}
+
+impl Breaker {
+    pub(crate) fn new(cfg: BreakerConfig) -> Self {
+        Self {
+            cfg,
+            epoch: Instant::now(),
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    pub(crate) fn permit(&self) -> Permit {
+        // Relaxed throughout: the breaker is advisory; a stale read costs at most
+        // one extra call or one extra policy decision, never a wrong limit.
+        let until = self.open_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return Permit::Call;
+        }
+        if self.now() < until {
+            return Permit::Reject;
+        }
+        if self
+            .probing
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            Permit::Probe
+        } else {
+            Permit::Reject
+        }
+    }
+
+    pub(crate) fn success(&self, permit: Permit) {
+        self.failures.store(0, Ordering::Relaxed);
+        if permit == Permit::Probe || self.open_until.load(Ordering::Relaxed) != 0 {
+            self.open_until.store(0, Ordering::Relaxed);
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn failure(&self, permit: Permit) {
+        let cooldown = u64::try_from(self.cfg.cooldown.as_nanos()).unwrap_or(u64::MAX);
+        let reopen = || {
+            self.open_until
+                .store(self.now().saturating_add(cooldown), Ordering::Relaxed)
+        };
+        if permit == Permit::Probe {
+            reopen();
+            self.probing.store(false, Ordering::Release);
+            return;
+        }
+        let f = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if f >= self.cfg.failure_threshold.max(1) && self.open_until.load(Ordering::Relaxed) == 0 {
+            reopen();
+        }
+    }
+
+    /// Whether the circuit is open now (calls are answered by the failure policy).
+    pub(crate) fn is_open(&self) -> bool {
+        let until = self.open_until.load(Ordering::Relaxed);
+        until != 0 && self.now() < until
+    }
+}

@@ -1,0 +1,75 @@
+//! # sluicegate-redis
+//!
+//! Rate limits shared by many processes and hosts, their state in Redis, Valkey or
+//! Redis Cluster, with the same algorithms and the same [`Decision`] fields as the
+//! local `sluicegate` limiters.
+//!
+//! * **One Lua script per algorithm over one key** (`KEYS[1]`, used directly):
+//!   GCRA (token bucket, leaky bucket meter, shaper reservation, lease of up to `n`
+//!   units), fixed window, sliding window counter ([`script`]). Time comes from
+//!   Redis `TIME` inside the script, in integer microseconds (no client clock);
+//!   the state is integers (every value below 2^53, checked by [`Limit::new`]);
+//!   the key's `PX` expiry is the instant it would decide like an absent key;
+//!   **nothing is written on a denial**; `n = 0` is a peek.
+//! * **`EVALSHA`, and `EVAL` only on `NOSCRIPT`** (a flushed or restarted server);
+//!   a call that timed out is never replayed.
+//! * **Cluster-safe keys**: `{prefix}{name}:{key}` with the caller's key as the hash
+//!   tag, so all limits of one key share a slot.
+//! * **Failure policy per limit** ([`FailurePolicy`]): open, closed, or a local
+//!   limiter at a share of the quota; short timeouts (25 ms by default) and a
+//!   circuit breaker ([`BreakerConfig`]), so a dead Redis costs no latency per
+//!   request, and recovery when it returns.
+//! * **Hybrid mode** ([`HybridLimiter`]): a lock-free local limiter in front, units
+//!   leased from Redis in batches and spent locally, a negative cache after a
+//!   denial; the global quota is never exceeded (bound in [`hybrid`]).
+//! * **Batching**: concurrent checks share one multiplexed connection and are
+//!   pipelined on it; [`RedisLimiter::check_many`] sends a batch at once; the hybrid
+//!   mode coalesces concurrent leases of one key into one call.
+//! * Async (tokio) and [`blocking`] APIs.
+//!
+//! ## Resolution
+//! Redis time is in microseconds, the local limiters' in nanoseconds; see
+//! [`Limit`] for the rounding (conservative: never faster than asked) and for the
+//! one field that may differ from the local decision at the same instant.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), sluicegate_redis::Error> {
+//! use sluicegate::Quota;
+//! use sluicegate_redis::{Algorithm, Backend, Config, FailurePolicy, Limit, RedisLimiter, Source};
+//!
+//! let limit = Limit::new(Algorithm::SlidingWindow, Quota::per_minute(100))?;
+//! let cfg = Config { policy: FailurePolicy::Local { share_percent: 25 }, ..Config::default() };
+//! let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "api", limit, cfg)?;
+//! let v = rl.check("tenant-7").await?;
+//! // With Redis up, the script decided; 99 of the 100 are left this minute.
+//! assert_eq!(v.source, Source::Redis);
+//! assert_eq!(v.decision.remaining, 99);
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod blocking;
+mod breaker;
+mod conn;
+mod error;
+pub mod hybrid;
+mod limit;
+mod limiter;
+mod policy;
+pub mod script;
+
+pub use breaker::BreakerConfig;
+pub use conn::Backend;
+pub use error::Error;
+pub use hybrid::{HybridConfig, HybridLimiter, HybridStats};
+pub use limit::{Algorithm, Limit, Reply};
+pub use limiter::{Config, RedisLimiter, Source, Verdict};
+pub use policy::FailurePolicy;
+pub use sluicegate::{Decision, Quota};
+
+/// The README's Rust snippet, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

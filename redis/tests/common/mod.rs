@@ -1,0 +1,180 @@
+//! Shared by the integration tests: the servers scripts/test-redis started, and
+//! servers of the tests' own for the fault tests.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluicegate_redis::{Backend, Config, Limit, RedisLimiter};
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run scripts/test-redis, which starts the servers and sets it")
+    })
+}
+
+/// The standalone server's URL.
+pub fn standalone() -> Backend {
+    Backend::from_url(&env("SLUICEGATE_REDIS_URL")).unwrap()
+}
+
+/// The cluster's URL.
+pub fn cluster() -> Backend {
+    Backend::from_url(&env("SLUICEGATE_REDIS_CLUSTER_URL")).unwrap()
+}
+
+/// Both backends, for tests that run on each.
+pub fn backends() -> Vec<(&'static str, Backend)> {
+    vec![("standalone", standalone()), ("cluster", cluster())]
+}
+
+/// A key no other test (or earlier run) uses.
+pub fn fresh(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{tag}-{}-{t}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A limiter with a generous timeout (these servers are up; the fault tests use
+/// their own settings).
+pub fn limiter(backend: Backend, limit: Limit) -> RedisLimiter {
+    let cfg = Config {
+        timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        ..Config::default()
+    };
+    RedisLimiter::new(backend, &fresh("t"), limit, cfg).unwrap()
+}
+
+/// A raw connection for inspecting keys.
+pub async fn raw(backend: &Backend) -> redis::aio::MultiplexedConnection {
+    let Backend::Standalone(url) = backend else {
+        panic!("raw() is for the standalone server")
+    };
+    redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// A redis-server of the test's own, which it can kill, restart and pause.
+pub struct Server {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(fresh("sluicegate-fault"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = Self {
+            port,
+            dir,
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let bin =
+            std::env::var("SLUICEGATE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(bin)
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &self.port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (set SLUICEGATE_REDIS_SERVER or run scripts/test-redis)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(mut c) = redis::Client::open(self.url()).unwrap().get_connection() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    /// SIGKILL: the server is gone, with its data and script cache.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A new, empty server on the same port (script cache lost: NOSCRIPT).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGSTOP: the socket stays open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal("-CONT");
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

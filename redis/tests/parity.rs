@@ -1,0 +1,215 @@
+//! The shared suite: the same traffic through the Redis scripts and the local
+//! algorithms, decision by decision.
+//!
+//! Redis decides at its own `TIME` (microseconds), which no client can set; every
+//! reply carries the `now_us` it used, and the local algorithm's pure `decide` is
+//! run on the local word at `now_us × 1000` ns. The local parameters are the
+//! Redis limit's, i.e. the quota with its emission interval rounded up to a whole
+//! microsecond (see `Limit`). Every field must be equal, except the sliding
+//! window's `retry_after`/`reset_after`, which Redis rounds up to the microsecond:
+//! `local ≤ redis < local + 1 µs`.
+
+mod common;
+
+use std::time::Duration;
+
+use sluicegate::{Algorithm as _, Decision, Fixed, Gcra, Leaky, Quota, Shaping, Sliding, Step};
+use sluicegate_redis::{Algorithm, Backend, Limit, Reply};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The local decision function with the Redis limit's parameters.
+fn local_decider(limit: &Limit) -> Box<dyn Fn(u64, u64, u64) -> Step + Send> {
+    let q = limit.quota();
+    match limit.algorithm() {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Shaper { .. } => {
+            let t_ns = limit.emission_interval_us() * 1000;
+            let local_q = Quota::from_nanos(1, t_ns).burst(q.burst_size());
+            match limit.algorithm() {
+                Algorithm::TokenBucket => {
+                    let p = Gcra::params(&local_q).unwrap();
+                    Box::new(move |w, now, n| Gcra::decide(&p, w, now, n))
+                }
+                Algorithm::LeakyBucket => {
+                    let p = Leaky::params(&local_q).unwrap();
+                    Box::new(move |w, now, n| Leaky::decide(&p, w, now, n))
+                }
+                Algorithm::Shaper { max_delay } => {
+                    let slack_ns = max_delay.as_micros() as u64 * 1000;
+                    let p = sluicegate::ShaperParams::new(&local_q, slack_ns).unwrap();
+                    Box::new(move |w, now, n| Shaping::decide(&p, w, now, n))
+                }
+                _ => unreachable!(),
+            }
+        }
+        Algorithm::FixedWindow => {
+            let p = Fixed::params(&q).unwrap();
+            Box::new(move |w, now, n| Fixed::decide(&p, w, now, n))
+        }
+        Algorithm::SlidingWindow => {
+            let p = Sliding::params(&q).unwrap();
+            Box::new(move |w, now, n| Sliding::decide(&p, w, now, n))
+        }
+    }
+}
+
+fn same(alg: Algorithm, redis: &Decision, local: &Decision) -> bool {
+    let close = |r: u64, l: u64| {
+        if alg == Algorithm::SlidingWindow {
+            r >= l && r < l + 1000
+        } else {
+            r == l
+        }
+    };
+    redis.allowed == local.allowed
+        && redis.remaining == local.remaining
+        && redis.limit == local.limit
+        && close(redis.retry_after_ns, local.retry_after_ns)
+        && close(redis.reset_after_ns, local.reset_after_ns)
+}
+
+/// Runs `count` requests of random cost (peeks and consumes) with random gaps and
+/// compares every decision; returns how many were admitted and denied.
+async fn run(
+    backend: Backend,
+    limit: Limit,
+    seed: u64,
+    count: usize,
+    max_gap_us: u64,
+) -> (u32, u32) {
+    let rl = common::limiter(backend, limit);
+    let decide = local_decider(&limit);
+    let mut rng = Rng(seed);
+    let mut word = 0u64;
+    let (mut admitted, mut denied) = (0, 0);
+    let cap = limit.capacity();
+    for i in 0..count {
+        let n = match rng.below(10) {
+            0 => 0,
+            1 => cap,
+            2 => 1 + rng.below(cap),
+            _ => 1,
+        };
+        let peek = rng.below(8) == 0;
+        let r: Reply = if peek {
+            rl.try_peek_n("k", n).await.unwrap()
+        } else {
+            rl.try_check_n("k", n).await.unwrap()
+        };
+        let step = decide(word, r.now_us * 1000, n);
+        assert!(
+            same(limit.algorithm(), &r.decision, &step.decision),
+            "{:?} request {i} (n = {n}, peek = {peek}) at {} µs:\n redis {:?}\n local {:?}",
+            limit.algorithm(),
+            r.now_us,
+            r.decision,
+            step.decision
+        );
+        assert_eq!(
+            r.delay_ns,
+            if step.decision.allowed {
+                step.delay_ns
+            } else {
+                0
+            }
+        );
+        if !peek {
+            if let Some(next) = step.next {
+                word = next;
+            }
+            if r.decision.allowed {
+                assert_eq!(r.granted, n);
+                admitted += 1;
+            } else {
+                denied += 1;
+            }
+        }
+        if rng.below(3) != 0 {
+            tokio::time::sleep(Duration::from_micros(rng.below(max_gap_us))).await;
+        }
+    }
+    (admitted, denied)
+}
+
+fn limits() -> Vec<(Limit, u64)> {
+    let ms = Duration::from_millis;
+    vec![
+        (
+            Limit::new(Algorithm::TokenBucket, Quota::per_second(50).burst(5)).unwrap(),
+            25_000,
+        ),
+        // T = 333 333 334 ns is not whole microseconds: Redis uses 333 334 µs.
+        (
+            Limit::new(Algorithm::TokenBucket, Quota::new(3, ms(100)).burst(4)).unwrap(),
+            40_000,
+        ),
+        (
+            Limit::new(Algorithm::LeakyBucket, Quota::per_second(100).burst(10)).unwrap(),
+            12_000,
+        ),
+        (
+            Limit::new(
+                Algorithm::Shaper { max_delay: ms(40) },
+                Quota::per_second(100).burst(2),
+            )
+            .unwrap(),
+            15_000,
+        ),
+        (
+            Limit::new(Algorithm::FixedWindow, Quota::new(8, ms(50))).unwrap(),
+            10_000,
+        ),
+        (
+            Limit::new(Algorithm::SlidingWindow, Quota::new(8, ms(50))).unwrap(),
+            10_000,
+        ),
+        (
+            Limit::new(Algorithm::SlidingWindow, Quota::new(5, ms(30))).unwrap(),
+            8_000,
+        ),
+    ]
+}
+
+async fn suite(backend: Backend) {
+    let mut tasks = Vec::new();
+    for (i, (limit, gap)) in limits().into_iter().enumerate() {
+        let b = backend.clone();
+        tasks.push(tokio::spawn(async move {
+            let (a, d) = run(b, limit, 0x9E37_79B9_7F4A_7C15 ^ i as u64, 300, gap).await;
+            // The traffic must have exercised both answers.
+            assert!(
+                a > 20 && d > 20,
+                "{:?}: {a} admitted, {d} denied",
+                limit.algorithm()
+            );
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_decides_like_the_local_algorithms_standalone() {
+    tokio::time::timeout(Duration::from_secs(60), suite(common::standalone()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_decides_like_the_local_algorithms_cluster() {
+    tokio::time::timeout(Duration::from_secs(60), suite(common::cluster()))
+        .await
+        .unwrap();
+}
