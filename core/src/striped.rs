@@ -24,6 +24,7 @@
 
 use crossbeam_utils::CachePadded;
 
+#[cfg(all(feature = "std", not(loom)))]
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, InsufficientCapacity};
