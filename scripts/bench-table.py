@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""Prints the benchmark table (markdown) from criterion's JSON output.
+"""Prints the benchmark tables (markdown) from criterion's JSON output.
 
 Reads <criterion dir>/<group>/<bench>/new/{benchmark,estimates}.json for the groups
-`direct` (one thread) and `contended_2t` (two threads on one limiter), takes each
-benchmark's median, and prints the medians, the ratios the project targets, and
-whether each target is met. Every ratio is between two benchmarks of the same run:
-with --since, results older than that time (an earlier run) are ignored.
+`direct` (one thread), `contended_2t` (two threads on one limiter), `striped_1t` /
+`striped_2t` (the striped limiter, one and two threads) and `keyed_1` /
+`keyed_100k` / `keyed_1m` (keyed limiters), takes each benchmark's median, and
+prints the medians, the ratios the project targets, and whether each target is
+met. Every ratio is between two benchmarks of the same run: with --since, results
+older than that time (an earlier run) are ignored.
 
-Usage: bench-table.py [--since EPOCH_SECONDS] CRITERION_DIR
+--log FILE: the bench run's output; its `keyed-stats:` lines give how many keys
+our keyed tables tracked and how many evictions the timed calls made.
+--memory FILE: the output of the keyed_memory example (resident bytes per key);
+its table is reprinted and the bytes-per-slot target checked.
+
+Usage: bench-table.py [--since EPOCH_SECONDS] [--log FILE] [--memory FILE] CRITERION_DIR
 Python 3 standard library only.
 """
 
@@ -18,6 +25,11 @@ import sys
 
 DIRECT = "direct"
 CONTENDED = "contended_2t"
+STRIPED_1T = "striped_1t"
+STRIPED_2T = "striped_2t"
+# (group, column title) in table order.
+KEYED_GROUPS = [("keyed_1", "1 hot key"), ("keyed_100k", "100k keys"), ("keyed_1m", "1M keys")]
+GROUPS = [DIRECT, CONTENDED, STRIPED_1T, STRIPED_2T] + [g for g, _ in KEYED_GROUPS]
 
 GOVERNOR = "governor check"
 TOKEN_BUCKET = "token_bucket check_at"
@@ -52,6 +64,31 @@ ALGORITHM_ROWS = [
 ]
 WINDOWS = ["fixed_window check_at", "sliding_window check_at", "sliding_log check_at"]
 
+KEYED_GOVERNOR = "governor check_key"
+KEYED_ROWS = [
+    ("sluicegate check_at", "ours, `u64` keys, time passed in"),
+    ("sluicegate check", "ours, `u64` keys, default clock"),
+    ("sluicegate check (String)", "ours, `String` keys, default clock"),
+    ("governor check_key", "governor 0.10 keyed (DashMap), `u64` keys"),
+    ("governor check_key (String)", "governor keyed, `String` keys"),
+    ("rwlock_hashmap allow (String)", "seeds' `RwLock<HashMap<String, Mutex<bucket>>>`"),
+]
+# (row, what, group of the 1-thread time, group of the 2-thread time).
+STRIPED_ROWS = [
+    ("striped2 check_at_stripe", "`Striped<2>`, own stripe, time passed in", STRIPED_1T, STRIPED_2T),
+    ("striped2 check", "`Striped<2>`, thread-local stripe, default clock", STRIPED_1T, STRIPED_2T),
+    ("striped4 check_at_stripe", "`Striped<4>`, own stripe, time passed in", STRIPED_1T, STRIPED_2T),
+    ("striped4 check", "`Striped<4>`, thread-local stripe, default clock", STRIPED_1T, STRIPED_2T),
+    ("sluicegate check_at", "one `TokenBucket`, time passed in", DIRECT, CONTENDED),
+    ("sluicegate check", "one `TokenBucket`, default clock", DIRECT, CONTENDED),
+    ("governor check", "governor direct", DIRECT, CONTENDED),
+]
+STRIPED_SCALING = 1.7
+# Our keyed rows held to the governor targets (u64 keys, same group).
+KEYED_TARGETS = [("keyed_1", 0.7), ("keyed_1m", 0.35)]
+KEYED_OURS = ["sluicegate check", "sluicegate check_at"]
+MEMORY_TARGET = 16.0
+
 # (numerator group, numerator, denominator group, denominator, target).
 TARGETS = [
     (DIRECT, "sluicegate check_at", DIRECT, GOVERNOR, 0.6),
@@ -62,7 +99,7 @@ TARGETS = [
 def load(root, since):
     """{group: {function_id: median_ns}} for results written at or after `since`."""
     results = {}
-    for group in (DIRECT, CONTENDED):
+    for group in GROUPS:
         gdir = os.path.join(root, group)
         if not os.path.isdir(gdir):
             continue
@@ -94,10 +131,52 @@ def fmt_ratio(r):
     return "—" if r is None else f"{r:.2f}×"
 
 
+def keyed_stats(path):
+    """{"group/id": {field: int}} from the `keyed-stats:` lines of a bench log."""
+    stats = {}
+    if not path or not os.path.isfile(path):
+        return stats
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.startswith("keyed-stats: "):
+                continue
+            fields = line[len("keyed-stats: "):].rstrip("\n").split("\t")
+            stats[fields[0]] = {
+                k: int(v) for k, v in (x.split("=", 1) for x in fields[1:] if "=" in x)
+            }
+    return stats
+
+
+def memory_table(path):
+    """(markdown lines, bytes per slot of the 1M-slot full table or None)."""
+    if not path or not os.path.isfile(path):
+        return [], None
+    lines, per_slot = [], None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("|"):
+                continue
+            lines.append(line.rstrip("\n"))
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 7 and cells[0] == "sluicegate-full" and cells[5] == "1000000":
+                per_slot = int(cells[3]) / int(cells[5])
+    return lines, per_slot
+
+
+def verdict(value, target, at_most):
+    if value is None:
+        return "not measured", 0
+    if (value <= target) if at_most else (value >= target):
+        return "met", 0
+    return "**missed**", 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("criterion_dir")
     ap.add_argument("--since", type=float, default=None)
+    ap.add_argument("--log", default=None)
+    ap.add_argument("--memory", default=None)
     args = ap.parse_args()
 
     res = load(args.criterion_dir, args.since)
@@ -107,6 +186,8 @@ def main():
     two = res.get(CONTENDED, {})
     gov = one.get(GOVERNOR)
     tb = one.get(TOKEN_BUCKET)
+    kstats = keyed_stats(args.log)
+    mem_lines, per_slot = memory_table(args.memory)
 
     out = []
     out.append("#### One thread (criterion group `direct`), token-bucket contenders")
@@ -136,6 +217,64 @@ def main():
     out.append("(0.50× would be perfect scaling over two cores; above 1.00× the two")
     out.append("threads slow each other down.)")
     out.append("")
+    if any(res.get(g) for g, _ in KEYED_GROUPS):
+        out.append("#### Keyed limiters, one thread (groups `keyed_1`, `keyed_100k`, `keyed_1m`)")
+        out.append("")
+        out.append("Median ns per check; ratios vs `governor check_key` (`u64` keys) in the same")
+        out.append("group. Our tables: 1.25 slots per key.")
+        out.append("")
+        head = "| benchmark | what |"
+        rule = "|---|---|"
+        for _, title in KEYED_GROUPS:
+            head += f" {title} (ns) | vs governor |"
+            rule += "---:|---:|"
+        out.append(head)
+        out.append(rule)
+        for row, what in KEYED_ROWS:
+            line = f"| `{row}` | {what} |"
+            for g, _ in KEYED_GROUPS:
+                grp = res.get(g, {})
+                v = grp.get(row)
+                line += f" {ns(v)} | {fmt_ratio(ratio(v, grp.get(KEYED_GOVERNOR)))} |"
+            out.append(line)
+        out.append("")
+        if kstats:
+            out.append("Our tables with every key live (one entry per key, 16 candidate slots each):")
+            out.append("")
+            out.append("| table | keys | slots | keys tracked | evictions per 1,000 timed calls |")
+            out.append("|---|---:|---:|---:|---:|")
+            for g, _ in KEYED_GROUPS[1:]:
+                for row, _ in KEYED_ROWS[:3]:
+                    st = kstats.get(f"{g}/{row}")
+                    if not st:
+                        continue
+                    calls = st.get("calls_timed", 0)
+                    per_k = 1000 * st.get("evicted_timed", 0) / calls if calls else None
+                    out.append(
+                        f"| `{g}/{row}` | {st.get('keys')} | {st.get('slots')} | "
+                        f"{st.get('tracked')} | {'—' if per_k is None else f'{per_k:.1f}'} |"
+                    )
+            out.append("")
+    if res.get(STRIPED_1T) or res.get(STRIPED_2T):
+        out.append(
+            "#### One hot key, 1 and 2 threads (groups `striped_1t`/`striped_2t`, "
+            "`direct`/`contended_2t`)"
+        )
+        out.append("")
+        out.append("| benchmark | what | 1 thread (ns) | 2 threads (ns/call) | throughput, 2 threads / 1 |")
+        out.append("|---|---|---:|---:|---:|")
+        for row, what, g1, g2 in STRIPED_ROWS:
+            a, b = res.get(g1, {}).get(row), res.get(g2, {}).get(row)
+            out.append(f"| `{row}` | {what} | {ns(a)} | {ns(b)} | {fmt_ratio(ratio(a, b))} |")
+        out.append("")
+        out.append("(2.00× would be perfect scaling over two cores; below 1.00× the second")
+        out.append("thread costs throughput.)")
+        out.append("")
+    if mem_lines:
+        out.append("#### Keyed memory, resident set (`keyed_memory` example)")
+        out.append("")
+        out.extend(mem_lines)
+        out.append("")
     out.append("#### Targets (ratios of medians from this one run)")
     out.append("")
     out.append("| ratio | value | target | result |")
@@ -143,14 +282,32 @@ def main():
     missed = 0
     for ng, num, dg, den, target in TARGETS:
         r = ratio(res.get(ng, {}).get(num), res.get(dg, {}).get(den))
-        if r is None:
-            result = "not measured"
-        elif r <= target:
-            result = "met"
-        else:
-            result = "**missed**"
-            missed += 1
+        result, m = verdict(r, target, True)
+        missed += m
         out.append(f"| `{num}` / `{den}` | {fmt_ratio(r)} | ≤ {target:.1f}× | {result} |")
+    for g, target in KEYED_TARGETS:
+        grp = res.get(g, {})
+        for row in KEYED_OURS:
+            r = ratio(grp.get(row), grp.get(KEYED_GOVERNOR))
+            result, m = verdict(r, target, True)
+            missed += m
+            out.append(
+                f"| `{g}/{row}` / `{g}/{KEYED_GOVERNOR}` | {fmt_ratio(r)} | ≤ {target:.2f}× | {result} |"
+            )
+    for row, _, g1, g2 in STRIPED_ROWS[:4]:
+        r = ratio(res.get(g1, {}).get(row), res.get(g2, {}).get(row))
+        result, m = verdict(r, STRIPED_SCALING, False)
+        missed += m
+        out.append(
+            f"| `{row}` throughput, 2 threads / 1 | {fmt_ratio(r)} | ≥ {STRIPED_SCALING:.1f}× | {result} |"
+        )
+    if args.memory:
+        # keyed_memory's own precision: one decimal of a byte.
+        shown = None if per_slot is None else round(per_slot, 1)
+        result, m = verdict(shown, MEMORY_TARGET, True)
+        missed += m
+        value = "—" if per_slot is None else f"{per_slot:.3f} B"
+        out.append(f"| resident bytes per slot, 1M-slot table | {value} | ≤ {MEMORY_TARGET:.0f} B | {result} |")
     print("\n".join(out))
     return 0
 

@@ -7,6 +7,11 @@
 //!   (`try_wait`, `Instant` clock); a `Mutex` token bucket written like Go's
 //!   `x/time/rate`; and every sluicegate algorithm through `check_at`.
 //! * `contended` (group `contended_2t`): two threads on one shared limiter.
+//! * `striped` (groups `striped_1t`, `striped_2t`): the striped limiter on one hot
+//!   key, one thread and two threads.
+//! * `keyed` (groups `keyed_1`, `keyed_100k`, `keyed_1m`): keyed limiters on one
+//!   hot key, 100,000 and 1,000,000 keys; ours against governor's keyed limiter
+//!   (`u64` and `String` keys) and the seeds' `RwLock<HashMap<String, Mutex<_>>>`.
 //!
 //! Every limiter is configured so that every call is admitted: the admit path is
 //! the one that writes state (a compare-and-swap, or a store under the lock) and
@@ -29,11 +34,16 @@ mod contended;
 mod contenders;
 #[path = "limiters/direct.rs"]
 mod direct;
+#[path = "limiters/keyed.rs"]
+mod keyed;
 #[path = "limiters/mutex_bucket.rs"]
 mod mutex_bucket;
+#[path = "limiters/striped.rs"]
+mod striped;
 
-/// Short enough that the whole run (20 benchmarks) takes about two and a half
-/// minutes after compiling, long enough for stable medians on a noisy 2-core VM.
+/// Short enough that the direct, contended and striped groups (28 benchmarks)
+/// take about three minutes after compiling, long enough for stable medians on a
+/// noisy 2-core VM; the keyed groups set shorter times of their own.
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -45,11 +55,11 @@ fn config() -> Criterion {
 /// The group `criterion_group!` builds is a `pub fn` with no docs; a private module
 /// keeps it out of the documented surface.
 mod group {
-    use super::{config, contended, contenders, direct};
+    use super::{config, contended, contenders, direct, keyed, striped};
     criterion::criterion_group! {
         name = limiters;
         config = config();
-        targets = contenders::preflight, direct::bench, contended::bench
+        targets = contenders::preflight, direct::bench, contended::bench, striped::bench, keyed::bench
     }
 }
 criterion_main!(group::limiters);

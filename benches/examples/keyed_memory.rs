@@ -10,8 +10,14 @@
 //! ```
 //!
 //! Contenders: sluicegate's `KeyedLimiter` (capacity = n keys, i.e. a full table,
-//! and capacity = 1.25·n), governor's keyed limiter (DashMap) with `u64` and
+//! and capacity = 1.25·n; full-table policy `Reject`, so a key that finds no free
+//! slot is not tracked), governor's keyed limiter (DashMap) with `u64` and
 //! `String` keys, and the seeds' `RwLock<HashMap<String, Mutex<bucket>>>`.
+//!
+//! `u64` keys are random-looking 64-bit ids (splitmix64 of `0..n`), as in the
+//! criterion `keyed` groups: foldhash spreads the integers `0..n` more evenly than
+//! random keys, which would flatter the table's placement. Our rows also give the
+//! table's slots and bytes per slot (the unit the table is sized in).
 
 // A broken measurement should fail loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -38,7 +44,16 @@ struct Bucket {
     last: Instant,
 }
 
-fn measure(contender: &str, n: u64) -> (u64, u64) {
+/// A random-looking 64-bit id for key `i` (splitmix64's output function).
+fn id(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// (resident bytes added, keys tracked, slots — 0 for the maps).
+fn measure(contender: &str, n: u64) -> (u64, u64, u64) {
     // Keys are built before the first reading so their own memory is not counted
     // for the String contenders (the map's copy of each key is).
     let strings: Vec<String> = if contender.contains("string") {
@@ -47,7 +62,7 @@ fn measure(contender: &str, n: u64) -> (u64, u64) {
         Vec::new()
     };
     let before = rss();
-    let live = match contender {
+    match contender {
         "sluicegate-full" | "sluicegate-1.25x" => {
             let capacity = if contender == "sluicegate-full" {
                 n as usize
@@ -58,23 +73,22 @@ fn measure(contender: &str, n: u64) -> (u64, u64) {
                 .unwrap()
                 .with_policy(FullPolicy::Reject);
             for k in 0..n {
-                t.check_at(&k, 0);
+                t.check_at(&id(k), 0);
             }
-            let live = t.len_at(0) as u64;
             let after = rss();
             std::hint::black_box(&t);
-            return (after - before, live);
+            (after - before, t.len_at(0) as u64, t.capacity() as u64)
         }
         "governor-u64" => {
             let l = governor::RateLimiter::keyed(governor::Quota::per_minute(
                 NonZeroU32::new(10).unwrap(),
             ));
             for k in 0..n {
-                let _ = l.check_key(&k);
+                let _ = l.check_key(&id(k));
             }
             let after = rss();
             std::hint::black_box(&l);
-            return (after - before, l.len() as u64);
+            (after - before, l.len() as u64, 0)
         }
         "governor-string" => {
             let l = governor::RateLimiter::keyed(governor::Quota::per_minute(
@@ -85,7 +99,7 @@ fn measure(contender: &str, n: u64) -> (u64, u64) {
             }
             let after = rss();
             std::hint::black_box(&l);
-            return (after - before, l.len() as u64);
+            (after - before, l.len() as u64, 0)
         }
         "rwlock-hashmap-string" => {
             let map: RwLock<HashMap<String, Mutex<Bucket>>> = RwLock::new(HashMap::new());
@@ -95,12 +109,10 @@ fn measure(contender: &str, n: u64) -> (u64, u64) {
             let after = rss();
             let live = map.read().unwrap().len() as u64;
             std::hint::black_box(&map);
-            return (after - before, live);
+            (after - before, live, 0)
         }
         other => panic!("unknown contender {other}"),
-    };
-    #[allow(unreachable_code)]
-    live
+    }
 }
 
 fn check_mutex_map<K: Hash + Eq + Clone + ToString>(
@@ -146,25 +158,46 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 4 && args[1] == "--child" {
         let n: u64 = args[3].parse().unwrap();
-        let (bytes, live) = measure(&args[2], n);
-        println!("{bytes} {live}");
+        let (bytes, live, slots) = measure(&args[2], n);
+        println!("{bytes} {live} {slots}");
         return;
     }
-    println!("| contender | keys offered | keys tracked | resident bytes | bytes per tracked key |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| contender | keys offered | keys tracked | resident bytes | bytes per tracked key \
+         | slots | bytes per slot |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for n in [100_000u64, 1_000_000] {
         for c in CONTENDERS {
             let out = Command::new(&args[0])
                 .args(["--child", c, &n.to_string()])
                 .output()
                 .unwrap();
-            assert!(out.status.success(), "{c}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{c}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let text = String::from_utf8(out.stdout).unwrap();
             let mut parts = text.split_whitespace().map(|x| x.parse::<u64>().unwrap());
-            let (bytes, live) = (parts.next().unwrap(), parts.next().unwrap());
+            let (bytes, live, slots) = (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+            );
+            let per_slot = if slots == 0 {
+                ("—".to_string(), "—".to_string())
+            } else {
+                (
+                    slots.to_string(),
+                    format!("{:.1}", bytes as f64 / slots as f64),
+                )
+            };
             println!(
-                "| {c} | {n} | {live} | {bytes} | {:.1} |",
-                bytes as f64 / live.max(1) as f64
+                "| {c} | {n} | {live} | {bytes} | {:.1} | {} | {} |",
+                bytes as f64 / live.max(1) as f64,
+                per_slot.0,
+                per_slot.1
             );
         }
     }

@@ -188,6 +188,7 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
     }
 }
 
+#[inline]
 fn merge(acc: Option<Decision>, d: &Decision) -> Decision {
     match acc {
         None => *d,

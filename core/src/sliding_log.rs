@@ -220,8 +220,19 @@ impl<C> SlidingLog<C> {
         result
     }
 
-    fn slot(&self, seq: u64) -> &AtomicU64 {
-        &self.ring[(seq % self.ring.len() as u64) as usize]
+    /// The ring position of the entry `back` places before the one at `head`
+    /// (`back = 1`: the newest), for `1 ≤ back ≤ capacity`: a conditional wrap,
+    /// not a division.
+    #[inline]
+    fn before(&self, head: usize, back: u64) -> &AtomicU64 {
+        // `back ≤ capacity ≤ MAX_CAPACITY` fits any `usize` of 32 bits or more.
+        let back = back as usize;
+        let pos = if back <= head {
+            head - back
+        } else {
+            head + self.ring.len() - back
+        };
+        &self.ring[pos]
     }
 
     /// The decision; only called under the lock.
@@ -230,28 +241,44 @@ impl<C> SlidingLog<C> {
         let window = self.window_ns.load(Ordering::Relaxed) as u128;
         let seq = self.head.load(Ordering::Relaxed) >> 1;
         let stored = seq.min(self.capacity());
+        // Where entry `seq` (the next one) goes: the one division of the decision;
+        // every other position is found from it by a conditional wrap.
+        let head = (seq % self.capacity()) as usize;
         let newest = if seq > 0 {
-            self.slot(seq - 1).load(Ordering::Relaxed)
+            self.before(head, 1).load(Ordering::Relaxed)
         } else {
             0
         };
         let t = now.max(newest);
         // Entries are non-decreasing in sequence order: binary-search the oldest one
-        // still inside (t − W, t], i.e. with ts + W > t.
-        let (mut lo, mut hi) = (seq - stored, seq);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.slot(mid).load(Ordering::Relaxed) as u128 + window > t as u128 {
-                hi = mid;
-            } else {
-                lo = mid + 1;
+        // still inside (t − W, t], i.e. with ts + W > t. A fixed number of halvings
+        // whose only data-dependent step is a select (no branch to mispredict):
+        // the oldest inside entry stays within [base, base + size].
+        let inside = |s: u64| {
+            self.before(head, seq - s).load(Ordering::Relaxed) as u128 + window > t as u128
+        };
+        let (mut base, mut size) = (seq - stored, stored);
+        let lo = if size == 0 {
+            base
+        } else {
+            while size > 1 {
+                let half = size / 2;
+                let mid = base + half;
+                base = if inside(mid) { base } else { mid };
+                size -= half;
             }
-        }
+            base + u64::from(!inside(base))
+        };
         let in_window = seq - lo;
         if in_window + n <= limit {
             if consume && n > 0 {
-                for s in seq..seq + n {
-                    self.slot(s).store(t, Ordering::Relaxed);
+                let mut pos = head;
+                for _ in 0..n {
+                    self.ring[pos].store(t, Ordering::Relaxed);
+                    pos += 1;
+                    if pos == self.ring.len() {
+                        pos = 0;
+                    }
                 }
                 self.head.store(((seq + n) << 1) | 1, Ordering::Relaxed);
             }
@@ -270,7 +297,7 @@ impl<C> SlidingLog<C> {
             }
         } else {
             // The (limit − n + 1)-th newest entry must leave the window first.
-            let blocking = self.slot(seq - (limit - n + 1)).load(Ordering::Relaxed);
+            let blocking = self.before(head, limit - n + 1).load(Ordering::Relaxed);
             Decision {
                 allowed: false,
                 remaining: limit.saturating_sub(in_window),

@@ -105,6 +105,7 @@ struct View {
 }
 
 impl View {
+    #[inline]
     fn new(p: &SlidingParams, word: u64, now: u64) -> Self {
         let (stored, cur, prev) = p.layout.unpack(word);
         let now_index = now / p.window_ns;
@@ -129,12 +130,52 @@ impl View {
         }
     }
 
+    #[inline]
     fn estimate(&self, w: u64) -> u64 {
-        ((self.prev as u128 * (w - self.elapsed) as u128) / w as u128) as u64 + self.cur
+        let left = w - self.elapsed;
+        // 64 bits hold the product unless prev · W ≥ 2⁶⁴ (e.g. a count of 10⁶ in a
+        // window over ~5 hours); only then the 128-bit division.
+        let weighted = match self.prev.checked_mul(left) {
+            Some(p) => p / w,
+            None => ((self.prev as u128 * left as u128) / w as u128) as u64,
+        };
+        weighted + self.cur
     }
 
     /// Nanoseconds from `now` until the estimate is at most `x`.
+    #[inline]
     fn until_at_most(&self, w: u64, x: u64, now: u64) -> u64 {
+        match self.until_at_most_u64(w, x, now) {
+            Some(t) => t,
+            None => self.until_at_most_wide(w, x, now),
+        }
+    }
+
+    /// [`Self::until_at_most`] in 64-bit arithmetic; `None` where a product or a
+    /// sum would overflow (the same formula as the 128-bit form, term by term).
+    #[inline]
+    fn until_at_most_u64(&self, w: u64, x: u64, now: u64) -> Option<u64> {
+        let start = self.index.checked_mul(w)?;
+        let earliest = |count: u64, k: u64| -> Option<u64> {
+            if count == 0 {
+                return Some(0);
+            }
+            // (k + 1)·W ≥ W ≥ 1: the subtraction cannot underflow.
+            let bound = (k.checked_add(1)?.checked_mul(w)? - 1) / count;
+            Some(w.saturating_sub(bound))
+        };
+        let at = if self.cur > x {
+            start.checked_add(w)?.checked_add(earliest(self.cur, x)?)?
+        } else {
+            let e = earliest(self.prev, x - self.cur)?.max(self.elapsed);
+            start.checked_add(e)?
+        };
+        Some(at.saturating_sub(now))
+    }
+
+    /// [`Self::until_at_most`] in 128-bit arithmetic (never overflows).
+    #[cold]
+    fn until_at_most_wide(&self, w: u64, x: u64, now: u64) -> u64 {
         let (w128, start) = (w as u128, self.index as u128 * w as u128);
         // Smallest elapsed e with ⌊count·(W − e)/W⌋ ≤ k, i.e. count·(W − e) < (k + 1)·W.
         let earliest = |count: u64, k: u64| -> u128 {

@@ -156,9 +156,12 @@ fn adversarial_keys_do_not_stay_in_one_group() {
     )
     .unwrap()
     .with_policy(FullPolicy::Reject);
-    // The attacker's best case: it knows the seed and searches for keys whose
-    // hash picks group 0.
-    let crafted: Vec<u64> = (0u64..).filter(|&k| in_group_zero(k)).take(64).collect();
+    // The attacker's best case: it knows the seed and searches for keys whose two
+    // candidate groups are both among groups 0 and 1.
+    let crafted: Vec<u64> = (0u64..)
+        .filter(|&k| in_groups_zero_and_one(k))
+        .take(64)
+        .collect();
     // ...overflow that group's window under that seed:
     let rejected = crafted
         .iter()
@@ -176,12 +179,18 @@ fn adversarial_keys_do_not_stay_in_one_group() {
     assert_eq!(rejected, 0, "random seed still let crafted keys collide");
 }
 
-/// Whether `key` hashes to group 0 of a 128-group table with seed 77 (the same
-/// multiply-shift the table uses).
-fn in_group_zero(key: u64) -> bool {
+/// Whether both candidate groups of `key` in a 128-group table with seed 77 are
+/// groups 0 and 1 (the same multiply-shift and second mix the table uses).
+fn in_groups_zero_and_one(key: u64) -> bool {
     use std::hash::BuildHasher;
     let h = fixed_hasher(77).hash_one(key);
-    ((h as u128 * 128) >> 64) == 0
+    let home = ((h as u128 * 128) >> 64) as u64;
+    let mixed = h.rotate_left(32).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut other = ((mixed as u128 * 128) >> 64) as u64;
+    if other == home {
+        other = home + 1;
+    }
+    home <= 1 && other <= 1
 }
 
 #[test]

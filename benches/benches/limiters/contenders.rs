@@ -47,7 +47,7 @@ pub(crate) const N: u32 = 4;
 /// Passed-in time starts here (not at 0, so no limiter sees its fresh word's epoch).
 pub(crate) const START_NS: u64 = 1_000_000_000;
 
-fn wide() -> Quota {
+pub(crate) fn wide() -> Quota {
     Quota::per_second(u64::from(WIDE_RATE)).burst(u64::from(WIDE_BURST))
 }
 
@@ -285,7 +285,7 @@ pub(crate) fn ours_n() -> OursN {
     OursN(TokenBucket::new(wide()).unwrap())
 }
 
-fn governor_quota() -> governor::Quota {
+pub(crate) fn governor_quota() -> governor::Quota {
     let rate = NonZeroU32::new(WIDE_RATE).unwrap();
     let burst = NonZeroU32::new(WIDE_BURST).unwrap();
     governor::Quota::per_second(rate).allow_burst(burst)
@@ -359,22 +359,38 @@ pub(crate) fn two_threads<K: Check>(
     k: &K,
     iters: u64,
     base: &mut u64,
-    mut sink: impl FnMut(K::Answer) + Copy + Send,
+    sink: impl FnMut(K::Answer) + Copy + Send,
+) -> Duration {
+    two_threads_by(iters, base, K::STEP_NS, &|_, now| k.call(now), sink)
+}
+
+/// [`two_threads`] for any call: `call(thread, now)`, with `thread` 0 or 1 (so a
+/// contender can pick per-thread state, such as a stripe) and `now` advanced by
+/// `step` ns per call (0 when `step` is `None`).
+pub(crate) fn two_threads_by<A>(
+    iters: u64,
+    base: &mut u64,
+    step: Option<u64>,
+    call: &(impl Fn(usize, u64) -> A + Sync),
+    mut sink: impl FnMut(A) + Copy + Send,
 ) -> Duration {
     let split = [iters - iters / 2, iters / 2];
     let start = *base;
-    let step = K::STEP_NS.unwrap_or(0);
+    let step = step.unwrap_or(0);
     let barrier = Barrier::new(2);
     let spans = std::thread::scope(|s| {
+        let mut thread = 0;
         let handles = split.map(|calls| {
             let barrier = &barrier;
+            let me = thread;
+            thread += 1;
             s.spawn(move || {
                 barrier.wait();
                 let t0 = Instant::now();
                 let mut now = start;
                 for _ in 0..calls {
                     now += step;
-                    sink(k.call(black_box(now)));
+                    sink(call(me, black_box(now)));
                 }
                 (t0, Instant::now())
             })
@@ -436,5 +452,7 @@ pub(crate) fn preflight(_: &mut criterion::Criterion) {
     verify_2t("governor check", &governor());
     verify_2t("ratelimit try_wait", &ratelimit());
     verify_2t("mutex_bucket allow", &mutex());
+    crate::striped::preflight();
     println!("preflight: every contender admitted every call (1 and 2 threads)");
+    println!("(the keyed groups check the very tables they time, before and after timing)");
 }
