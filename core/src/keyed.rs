@@ -744,18 +744,17 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
             // many it has of either. The new key goes to the group with more room
             // ("two choices"): at 80 % load that leaves 0.02 % of keys without a
             // slot, against 2.5 % for first-fit over two adjacent groups.
-            let mut room: [(Option<(&Slot, u128)>, Option<(&Slot, u128)>, usize); PROBE_GROUPS] =
-                [(None, None, 0); PROBE_GROUPS];
+            let mut room = [Room::default(); PROBE_GROUPS];
             let mut stalest: Option<(&Slot, u128, u64)> = None;
             for (g, r) in window[..probe].iter().zip(room.iter_mut()) {
                 for s in g.slots() {
                     let v = s.load();
                     if fp_of(v) == 0 {
-                        r.0.get_or_insert((s, v));
-                        r.2 += 1;
+                        r.empty.get_or_insert((s, v));
+                        r.free += 1;
                     } else if A::is_fresh(p, state_of(v), now) {
-                        r.1.get_or_insert((s, v));
-                        r.2 += 1;
+                        r.fresh.get_or_insert((s, v));
+                        r.free += 1;
                     } else {
                         let left = A::decide(p, state_of(v), now, 0).decision.reset_after_ns;
                         if stalest.is_none_or(|(_, _, l)| left < l) {
@@ -764,12 +763,12 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
                     }
                 }
             }
-            let best = if room[1].2 > room[0].2 {
+            let best = if room[1].free > room[0].free {
                 room[1]
             } else {
                 room[0]
             };
-            let (empty, fresh) = (best.0, best.1);
+            let (empty, fresh) = (best.empty, best.fresh);
             let (target, event) = match (empty, fresh, stalest) {
                 (Some((s, v)), _, _) => ((s, v), Event::Inserted),
                 (None, Some((s, v)), _) => ((s, v), Event::Reused),
@@ -941,6 +940,15 @@ impl<A: Algorithm, C: Clock, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// What one candidate group offers a new key: its first empty slot, its first
+/// fresh one (with the values they held), and how many of either it has.
+#[derive(Clone, Copy, Default)]
+struct Room<'a> {
+    empty: Option<(&'a Slot, u128)>,
+    fresh: Option<(&'a Slot, u128)>,
+    free: usize,
 }
 
 #[cold]
