@@ -26,6 +26,16 @@ pub enum Backend {
     Standalone(String),
     /// A Redis Cluster, from one or more seed nodes' URLs.
     Cluster(Vec<String>),
+    /// One server over TLS (`rediss://` URL) whose certificate must chain to
+    /// `root_ca_pem` (one or more PEM certificates) alone, not to the system trust
+    /// store or webpki-roots: for a private CA. Needs the `tls` feature
+    /// ([`crate::RedisLimiter::new`] returns [`Error::Url`] without it).
+    StandaloneTls {
+        /// The `rediss://` URL; its host name is checked against the certificate.
+        url: String,
+        /// The CA certificate(s) to trust, PEM.
+        root_ca_pem: Vec<u8>,
+    },
 }
 
 impl Backend {
@@ -66,6 +76,25 @@ impl Backend {
         )))
     }
 
+    /// Whether this backend can be used with the features this crate was built
+    /// with: [`Backend::StandaloneTls`] and `rediss://` URLs need `tls`.
+    pub(crate) fn check_features(&self) -> Result<(), Error> {
+        if cfg!(feature = "tls") {
+            return Ok(());
+        }
+        let tls = match self {
+            Self::Standalone(url) => url.starts_with("rediss://"),
+            Self::Cluster(nodes) => nodes.iter().any(|n| n.starts_with("rediss://")),
+            Self::StandaloneTls { .. } => true,
+        };
+        if tls {
+            return Err(Error::Url(
+                "TLS (rediss://) needs sluicegate-redis's `tls` feature".into(),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) async fn connect(
         &self,
         connect: Duration,
@@ -85,6 +114,28 @@ impl Backend {
                         .await?;
                     Ok::<_, redis::RedisError>(Conn::Single(c))
                 }
+                #[cfg(feature = "tls")]
+                Self::StandaloneTls { url, root_ca_pem } => {
+                    let client = redis::Client::build_with_tls(
+                        url.as_str(),
+                        redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(root_ca_pem.clone()),
+                        },
+                    )?;
+                    let cfg = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(connect))
+                        .set_response_timeout(None);
+                    let c = client
+                        .get_multiplexed_async_connection_with_config(&cfg)
+                        .await?;
+                    Ok(Conn::Single(c))
+                }
+                #[cfg(not(feature = "tls"))]
+                Self::StandaloneTls { .. } => Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "TLS needs the `tls` feature",
+                ))),
                 Self::Cluster(nodes) => {
                     // No retries: a call that failed or timed out may have run, and
                     // replaying it could charge twice.
@@ -128,5 +179,25 @@ impl Conn {
             Self::Single(c) => pipe.query_async(c).await,
             Self::Cluster(c) => pipe.query_async(c).await,
         }
+    }
+}
+
+#[cfg(all(test, not(feature = "tls")))]
+mod tests {
+    use super::Backend;
+
+    #[test]
+    fn tls_without_the_feature_is_refused_up_front() {
+        let b = Backend::from_url("rediss://127.0.0.1:6380").unwrap();
+        assert!(b.check_features().is_err());
+        let b = Backend::StandaloneTls {
+            url: "rediss://127.0.0.1:6380".into(),
+            root_ca_pem: Vec::new(),
+        };
+        assert!(b.check_features().is_err());
+        assert!(Backend::from_url("redis://127.0.0.1:6379")
+            .unwrap()
+            .check_features()
+            .is_ok());
     }
 }

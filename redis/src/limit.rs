@@ -221,6 +221,21 @@ impl Limit {
         }
         cmd.arg(mode);
     }
+
+    /// The multi-cost script's arguments (see [`crate::script::multi_source`]):
+    /// the number of single-call arguments, those (cost 0, consume), the costs.
+    pub(crate) fn push_multi_args(&self, cmd: &mut redis::Cmd, costs: &[u64]) {
+        let m = if self.script == ScriptKind::Gcra {
+            5
+        } else {
+            4
+        };
+        cmd.arg(m);
+        self.push_args(cmd, 0, Mode::Consume);
+        for &n in costs {
+            cmd.arg(n);
+        }
+    }
 }
 
 /// What a script call does.

@@ -35,6 +35,17 @@ pub struct Config {
     pub policy: FailurePolicy,
     /// Keys the local fallback table holds (bounded memory, see `sluicegate::keyed`).
     pub fallback_keys: usize,
+    /// Per-key coalescing of concurrent consuming checks (`check`, `check_n`,
+    /// `try_check_n`); `None` (the default): off, one script call per check.
+    /// `Some(window)`: the first check of a key opens a flight, checks of that key
+    /// arriving within `window` join it, and the flight is one script run that
+    /// decides their costs one after another in arrival order, each exactly as a
+    /// single call would (the multi-cost form of the script, see
+    /// [`crate::script::multi_source`]); each caller gets its own decision. A check
+    /// arriving once its key's flight has been sent opens the next one. A check
+    /// then waits up to `window` more (`Duration::ZERO`: one yield to the
+    /// runtime). A failed flight fails each of its checks over to the policy.
+    pub coalesce: Option<Duration>,
 }
 
 impl Default for Config {
@@ -46,6 +57,7 @@ impl Default for Config {
             breaker: BreakerConfig::default(),
             policy: FailurePolicy::default(),
             fallback_keys: 10_000,
+            coalesce: None,
         }
     }
 }
@@ -117,13 +129,20 @@ pub(crate) struct Inner {
     connect_failures: core::sync::atomic::AtomicU64,
     pub(crate) breaker: Breaker,
     fallback: Option<Fallback>,
+    /// Open coalescing flights: the costs (in arrival order) and where each
+    /// decision goes.
+    flights: std::sync::Mutex<std::collections::HashMap<String, Flight>>,
 }
+
+type Flight = Vec<(u64, tokio::sync::oneshot::Sender<Result<Reply, Error>>)>;
 
 /// A distributed limiter: one [`Limit`] named `name`, applied per key, its state in
 /// Redis. Cheap to clone (clones share the connection, breaker and fallback).
 ///
 /// Each check is one script call (`EVALSHA`) on one key; concurrent checks from
-/// many tasks share one multiplexed connection and are pipelined on it.
+/// many tasks share one multiplexed connection and are pipelined on it. With
+/// [`Config::coalesce`], concurrent checks of one key become one script run that
+/// decides them one after another.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), sluicegate_redis::Error> {
@@ -166,6 +185,7 @@ impl RedisLimiter {
     /// assert!(RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, bad).is_err());
     /// ```
     pub fn new(backend: Backend, name: &str, limit: Limit, cfg: Config) -> Result<Self, Error> {
+        backend.check_features()?;
         if cfg.prefix.contains('{') || name.contains('{') {
             return Err(Error::Url(
                 "prefix and name must not contain '{' (the key's hash tag follows them)".into(),
@@ -194,6 +214,7 @@ impl RedisLimiter {
                 connecting: tokio::sync::Mutex::new(()),
                 connect_failures: core::sync::atomic::AtomicU64::new(0),
                 fallback,
+                flights: std::sync::Mutex::new(std::collections::HashMap::new()),
             }),
         })
     }
@@ -410,7 +431,137 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub async fn try_check_n(&self, key: &str, n: u64) -> Result<Reply, Error> {
-        self.call(key, n, Mode::Consume).await
+        self.consume(key, n).await
+    }
+
+    /// A consuming call: coalesced with the key's concurrent ones when
+    /// [`Config::coalesce`] is on, else one script call.
+    async fn consume(&self, key: &str, n: u64) -> Result<Reply, Error> {
+        let Some(window) = self.inner.cfg.coalesce else {
+            return self.call(key, n, Mode::Consume).await;
+        };
+        let capacity = self.inner.limit.capacity();
+        if n > capacity {
+            return Err(Error::Capacity(sluicegate::InsufficientCapacity {
+                requested: n,
+                capacity,
+            }));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let open = {
+            let mut flights = match self.inner.flights.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            match flights.get_mut(key) {
+                Some(f) => {
+                    f.push((n, tx));
+                    false
+                }
+                None => {
+                    flights.insert(key.to_owned(), vec![(n, tx)]);
+                    true
+                }
+            }
+        };
+        if open {
+            // The flight runs on its own task, so that a caller that gives up (its
+            // future dropped) cannot strand the others.
+            let (this, key) = (self.clone(), key.to_owned());
+            tokio::spawn(async move { this.fly(key, window).await });
+        }
+        // A flight that vanished (its task panicked or the runtime shut down):
+        // unavailable, like a timeout.
+        rx.await.unwrap_or(Err(Error::Timeout))
+    }
+
+    /// Sends `key`'s flight after `window`: one single call for one cost, else the
+    /// multi-cost script; hands each caller its reply.
+    async fn fly(&self, key: String, window: Duration) {
+        if window.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(window).await;
+        }
+        let flight = {
+            let mut flights = match self.inner.flights.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            flights.remove(&key).unwrap_or_default()
+        };
+        if let [(n, _)] = flight[..] {
+            let r = self.call(&key, n, Mode::Consume).await;
+            if let Some((_, tx)) = flight.into_iter().next() {
+                let _ = tx.send(r);
+            }
+            return;
+        }
+        let costs: Vec<u64> = flight.iter().map(|(n, _)| *n).collect();
+        match self.call_multi(&key, &costs).await {
+            Ok(replies) => {
+                for ((_, tx), r) in flight.into_iter().zip(replies) {
+                    let _ = tx.send(Ok(r));
+                }
+            }
+            Err(e) => {
+                let unavailable = e.is_unavailable();
+                for (_, tx) in flight {
+                    let _ = tx.send(Err(if unavailable {
+                        Error::Timeout
+                    } else {
+                        Error::Reply(format!("{e}"))
+                    }));
+                }
+            }
+        }
+    }
+
+    /// The multi-cost script on one key, with the breaker and timeout of a single
+    /// call: one reply per cost, in order, or one error for all.
+    async fn call_multi(&self, key: &str, costs: &[u64]) -> Result<Vec<Reply>, Error> {
+        let inner = &self.inner;
+        let permit = inner.breaker.permit();
+        if permit == Permit::Reject {
+            return Err(Error::CircuitOpen);
+        }
+        let result = async {
+            let mut conn = self.conn().await?;
+            let rkey = self.redis_key(key);
+            let limit = &inner.limit;
+            let fut = inner
+                .scripts
+                .invoke_multi(&mut conn, limit.script, &rkey, |c| {
+                    limit.push_multi_args(c, costs)
+                });
+            let v = match tokio::time::timeout(inner.cfg.timeout, fut).await {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) if e.is_timeout() => return Err(Error::Timeout),
+                Ok(Err(e)) => return Err(Error::Redis(e)),
+                Err(_) => return Err(Error::Timeout),
+            };
+            match v {
+                redis::Value::Array(items) if items.len() == costs.len() => {
+                    items.iter().map(Reply::parse).collect()
+                }
+                other => Err(Error::Reply(format!(
+                    "expected {} replies, got {other:?}",
+                    costs.len()
+                ))),
+            }
+        }
+        .await;
+        match &result {
+            Ok(_) => inner.breaker.success(permit),
+            Err(e) => {
+                inner.breaker.failure(permit);
+                if !matches!(e, Error::Redis(r) if r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError))
+                {
+                    self.drop_conn();
+                }
+            }
+        }
+        result
     }
 
     /// Raw peek (see [`Self::try_check_n`]).
@@ -446,7 +597,12 @@ impl RedisLimiter {
     }
 
     async fn run(&self, key: &str, n: u64, mode: Mode) -> Result<Verdict, Error> {
-        match self.call(key, n, mode).await {
+        let r = if mode == Mode::Consume {
+            self.consume(key, n).await
+        } else {
+            self.call(key, n, mode).await
+        };
+        match r {
             Ok(r) => Ok(Verdict {
                 decision: r.decision,
                 source: Source::Redis,

@@ -213,3 +213,126 @@ async fn redis_decides_like_the_local_algorithms_cluster() {
         .await
         .unwrap();
 }
+
+/// Coalescing (`Config::coalesce`): rounds of 12 concurrent consuming checks of
+/// one key, random costs (0 to the capacity), merged into one flight; every reply
+/// must be the local algorithm's decision with the costs applied one after
+/// another in arrival order (the order `join_all` first polls them), each at the
+/// `now_us` its reply carries: exactly what sequential single calls decide.
+async fn coalesced(backend: Backend, limit: Limit, seed: u64) -> (u32, u32, u32) {
+    let cfg = sluicegate_redis::Config {
+        timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        coalesce: Some(Duration::from_millis(2)),
+        ..sluicegate_redis::Config::default()
+    };
+    let rl =
+        sluicegate_redis::RedisLimiter::new(backend, &common::fresh("co"), limit, cfg).unwrap();
+    let decide = local_decider(&limit);
+    let mut rng = Rng(seed);
+    let mut word = 0u64;
+    let cap = limit.capacity();
+    let (mut admitted, mut denied, mut admitted_after_denial) = (0, 0, 0);
+    for round in 0..25 {
+        let costs: Vec<u64> = (0..12)
+            .map(|_| match rng.below(6) {
+                0 => 0,
+                1 => cap,
+                _ => 1 + rng.below(cap),
+            })
+            .collect();
+        let replies =
+            futures_util::future::join_all(costs.iter().map(|&n| rl.try_check_n("k", n))).await;
+        let mut prev_now = 0;
+        let mut seen_denial = false;
+        for (i, (r, &n)) in replies.into_iter().zip(&costs).enumerate() {
+            let r: Reply = r.unwrap();
+            assert!(r.now_us >= prev_now, "round {round}: replies out of order");
+            prev_now = r.now_us;
+            let step = decide(word, r.now_us * 1000, n);
+            assert!(
+                same(limit.algorithm(), &r.decision, &step.decision),
+                "{:?} round {round} item {i} (n = {n}) at {} µs:\n redis {:?}\n local {:?}",
+                limit.algorithm(),
+                r.now_us,
+                r.decision,
+                step.decision
+            );
+            if let Some(next) = step.next {
+                word = next;
+            }
+            if n > 0 {
+                if r.decision.allowed {
+                    assert_eq!(r.granted, n);
+                    admitted += 1;
+                    if seen_denial {
+                        admitted_after_denial += 1;
+                    }
+                } else {
+                    denied += 1;
+                    seen_denial = true;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_micros(rng.below(60_000))).await;
+    }
+    (admitted, denied, admitted_after_denial)
+}
+
+async fn coalesced_suite(backend: Backend) {
+    let mut tasks = Vec::new();
+    for (i, (limit, _)) in limits().into_iter().enumerate() {
+        let b = backend.clone();
+        tasks.push(tokio::spawn(async move {
+            let (a, d, after) = coalesced(b, limit, 0xC0A1_E5CE ^ i as u64).await;
+            assert!(
+                a > 10 && d > 10,
+                "{:?}: {a} admitted, {d} denied",
+                limit.algorithm()
+            );
+            // A smaller cost after a denied one in the same flight: merging the
+            // costs into one sum would have denied it.
+            assert!(
+                after > 0,
+                "{:?}: no admission after a denial",
+                limit.algorithm()
+            );
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_checks_decide_like_sequential_ones_standalone() {
+    let backend = common::standalone();
+    tokio::time::timeout(Duration::from_secs(60), coalesced_suite(backend.clone()))
+        .await
+        .unwrap();
+    // The flights went as the multi-cost scripts.
+    let mut c = common::raw(&backend).await;
+    for src in [
+        sluicegate_redis::script::GCRA_LUA,
+        sluicegate_redis::script::FIXED_WINDOW_LUA,
+        sluicegate_redis::script::SLIDING_WINDOW_LUA,
+    ] {
+        let sha = redis::Script::new(&sluicegate_redis::script::multi_source(src))
+            .get_hash()
+            .to_owned();
+        let cached: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(sha)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(cached, vec![true]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_checks_decide_like_sequential_ones_cluster() {
+    tokio::time::timeout(Duration::from_secs(60), coalesced_suite(common::cluster()))
+        .await
+        .unwrap();
+}

@@ -287,3 +287,35 @@ fn blocking_api_from_threads() {
     assert!((50..=51).contains(&admitted.load(Ordering::Relaxed)));
     assert_eq!(rl.peek_n("k", 0).unwrap().decision.limit, 50);
 }
+
+/// Coalescing with Redis unreachable: one flight of 16 checks fails, and each
+/// check is answered by the policy, no later than the window plus the connect
+/// timeout (plus scheduling slack); costs above the capacity are still errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_coalesced_flight_fails_each_check_over_to_the_policy() {
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(10).burst(5)).unwrap();
+    let cfg = Config {
+        timeout: Duration::from_millis(25),
+        connect_timeout: Duration::from_millis(25),
+        policy: sluicegate_redis::FailurePolicy::Closed,
+        coalesce: Some(Duration::from_millis(2)),
+        ..Config::default()
+    };
+    let rl = RedisLimiter::new(
+        sluicegate_redis::Backend::from_url("redis://127.0.0.1:1").unwrap(),
+        "co-down",
+        limit,
+        cfg,
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let vs = futures_util::future::join_all((0..16).map(|_| rl.check("k"))).await;
+    assert!(t.elapsed() < Duration::from_millis(2 + 25 + 25 + 100));
+    for v in vs {
+        let v = v.unwrap();
+        assert_eq!(v.source, Source::FailClosed);
+        assert!(!v.decision.allowed);
+    }
+    assert!(matches!(rl.check_n("k", 6).await, Err(Error::Capacity(_))));
+    assert!(rl.try_check_n("k", 1).await.is_err());
+}

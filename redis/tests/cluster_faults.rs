@@ -1,0 +1,443 @@
+//! A fault on a 3-master Redis Cluster of the test's own (no replicas,
+//! `cluster-require-full-coverage no`): one master killed with SIGKILL mid-run,
+//! under the `Closed` and `Local` policies. Checks that the policy answers the keys
+//! in the dead master's slot range with bounded latency and no over-admission,
+//! that keys on the surviving masters are never over-admitted either, and that
+//! checks of the dead range go back to Redis once the master is restarted (from
+//! its nodes.conf: same node id and slots, empty data).
+//!
+//! The breaker is per limiter, not per node: while it is open (after
+//! `failure_threshold` failures on the dead range), keys on the live masters are
+//! answered by the policy too. The test measures and prints how many were.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sluicegate::Quota;
+use sluicegate_redis::{
+    Algorithm, Backend, BreakerConfig, Config, FailurePolicy, Limit, RedisLimiter, Source, Verdict,
+};
+
+const TIMEOUT: Duration = Duration::from_millis(25);
+const CONNECT: Duration = Duration::from_millis(25);
+const COOLDOWN: Duration = Duration::from_millis(200);
+/// Scheduling slack on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(50);
+
+fn server_bin() -> String {
+    std::env::var("SLUICEGATE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+fn cli_bin() -> PathBuf {
+    // redis-cli next to redis-server, else on PATH.
+    let s = PathBuf::from(server_bin());
+    match s.parent() {
+        Some(dir) if dir.join("redis-cli").exists() => dir.join("redis-cli"),
+        _ => PathBuf::from("redis-cli"),
+    }
+}
+
+/// A port P with P + 10000 (the cluster bus) free too.
+fn cluster_port() -> u16 {
+    loop {
+        let p = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !(1024..=55000).contains(&p) {
+            continue;
+        }
+        let a = TcpListener::bind(("127.0.0.1", p));
+        let b = TcpListener::bind(("127.0.0.1", p + 10000));
+        if a.is_ok() && b.is_ok() {
+            return p;
+        }
+    }
+}
+
+struct Node {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(common::fresh("sluicegate-cluster-fault"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut n = Self {
+            port: cluster_port(),
+            dir,
+            child: None,
+        };
+        n.spawn();
+        n
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(server_bin())
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+            .args(["--cluster-require-full-coverage", "no"])
+            .arg("--cluster-config-file")
+            .arg(self.dir.join("nodes.conf"))
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (set SLUICEGATE_REDIS_SERVER or run scripts/test-redis)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.cmd(&["PING"]).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not start",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Option<redis::Value> {
+        let mut c = redis::Client::open(self.url())
+            .ok()?
+            .get_connection()
+            .ok()?;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut c).ok()
+    }
+
+    fn info_ok(&self) -> bool {
+        match self.cmd(&["CLUSTER", "INFO"]) {
+            Some(redis::Value::BulkString(b)) => {
+                String::from_utf8_lossy(&b).contains("cluster_state:ok")
+            }
+            Some(redis::Value::VerbatimString { text, .. }) => text.contains("cluster_state:ok"),
+            _ => false,
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Cluster {
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let nodes: Vec<Node> = (0..3).map(|_| Node::start()).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let ok = Command::new(cli_bin())
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli")
+            .success();
+        assert!(ok, "redis-cli --cluster create");
+        let c = Self { nodes };
+        c.wait_ok();
+        c
+    }
+
+    fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.nodes.iter().all(Node::info_ok) {
+            assert!(Instant::now() < deadline, "cluster not ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Cluster(self.nodes.iter().map(Node::url).collect())
+    }
+
+    /// The index of the node that serves `slot` (asked of every live node: after
+    /// a restart they agree).
+    fn owner(&self, slot: i64) -> usize {
+        let Some(redis::Value::Array(ranges)) = self.nodes[0].cmd(&["CLUSTER", "SLOTS"]) else {
+            panic!("CLUSTER SLOTS")
+        };
+        for r in ranges {
+            let redis::Value::Array(r) = r else { continue };
+            let (redis::Value::Int(lo), redis::Value::Int(hi)) = (&r[0], &r[1]) else {
+                continue;
+            };
+            if (*lo..=*hi).contains(&slot) {
+                let redis::Value::Array(master) = &r[2] else {
+                    panic!()
+                };
+                let redis::Value::Int(port) = master[1] else {
+                    panic!()
+                };
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| i64::from(n.port) == port)
+                    .unwrap();
+            }
+        }
+        panic!("slot {slot} unserved")
+    }
+
+    fn slot(&self, redis_key: &str) -> i64 {
+        match self.nodes[0].cmd(&["CLUSTER", "KEYSLOT", redis_key]) {
+            Some(redis::Value::Int(s)) => s,
+            other => panic!("CLUSTER KEYSLOT: {other:?}"),
+        }
+    }
+}
+
+struct Sample {
+    dead_range: bool,
+    at: Duration,
+    latency: Duration,
+    verdict: Verdict,
+}
+
+/// 4 tasks on each of the two keys, a check per millisecond each.
+async fn load(rl: &RedisLimiter, keys: [&str; 2], t0: Instant, for_: Duration) -> Vec<Sample> {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let end = Instant::now() + for_;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (rl, out) = (rl.clone(), Arc::clone(&out));
+        let key = keys[i % 2].to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while Instant::now() < end && mine.len() < 2000 {
+                let t = Instant::now();
+                let verdict = rl.check(&key).await.unwrap();
+                mine.push(Sample {
+                    dead_range: i % 2 == 0,
+                    at: t - t0,
+                    latency: t.elapsed(),
+                    verdict,
+                });
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            out.lock().unwrap().extend(mine);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    Arc::try_unwrap(out).ok().unwrap().into_inner().unwrap()
+}
+
+fn admitted(s: &[Sample], dead: bool, by_redis: bool) -> usize {
+    s.iter()
+        .filter(|x| x.dead_range == dead && x.verdict.decision.allowed)
+        .filter(|x| (x.verdict.source == Source::Redis) == by_redis)
+        .count()
+}
+
+async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> String {
+    // 100 per second, bursts of 20; the local share (50%) is 50/s, bursts of 10.
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100).burst(20)).unwrap();
+    let cfg = Config {
+        timeout: TIMEOUT,
+        connect_timeout: CONNECT,
+        breaker: BreakerConfig {
+            failure_threshold: 3,
+            cooldown: COOLDOWN,
+        },
+        policy,
+        ..Config::default()
+    };
+    let rl = RedisLimiter::new(cluster.backend(), name, limit, cfg).unwrap();
+    // Key `dead` on the master to be killed, key `live` on another one.
+    let victim = cluster.owner(cluster.slot(&rl.redis_key("dead")));
+    let live = (0..1000)
+        .map(|i| format!("live{i}"))
+        .find(|k| cluster.owner(cluster.slot(&rl.redis_key(k))) != victim)
+        .unwrap();
+    let keys = ["dead", live.as_str()];
+    let t0 = Instant::now();
+
+    let healthy = load(&rl, keys, t0, Duration::from_millis(150)).await;
+    assert!(
+        healthy.iter().all(|s| s.verdict.source == Source::Redis),
+        "{policy:?}: healthy cluster"
+    );
+
+    cluster.nodes[victim].kill();
+    let t_kill = t0.elapsed();
+    let outage_len = Duration::from_millis(500);
+    let outage = load(&rl, keys, t0, outage_len).await;
+    let t_outage_end = t0.elapsed();
+    cluster.nodes[victim].spawn();
+    let t_back = Instant::now();
+
+    // Latency: no check waits past the timeout plus one connect attempt.
+    let bound = TIMEOUT + CONNECT + SLACK;
+    let max = outage.iter().map(|s| s.latency).max().unwrap();
+    assert!(
+        max <= bound,
+        "{policy:?}: a check took {max:?} (bound {bound:?})"
+    );
+    let slow = outage
+        .iter()
+        .filter(|s| s.latency > Duration::from_millis(5))
+        .count();
+    assert!(
+        slow * 10 < outage.len(),
+        "{policy:?}: {slow} of {} checks slow",
+        outage.len()
+    );
+
+    // The dead range: every check answered by the policy once the kill is seen
+    // (a check in flight at the kill may still have been answered by Redis).
+    let dead: Vec<&Sample> = outage.iter().filter(|s| s.dead_range).collect();
+    let dead_redis = dead
+        .iter()
+        .filter(|s| s.verdict.source == Source::Redis)
+        .count();
+    assert!(
+        dead_redis <= 4,
+        "{policy:?}: {dead_redis} checks of the dead range answered by Redis"
+    );
+    let want = match policy {
+        FailurePolicy::Closed => Source::FailClosed,
+        _ => Source::LocalFallback,
+    };
+    assert!(dead
+        .iter()
+        .all(|s| s.verdict.source == Source::Redis || s.verdict.source == want));
+
+    // No over-admission, per key, over the whole run (healthy and outage): what
+    // Redis admitted within its quota, plus the policy's bound on the rest.
+    let policy_bound = |span: Duration| match policy {
+        FailurePolicy::Closed => 0,
+        _ => 10 + (50.0 * (span + SLACK).as_secs_f64()).ceil() as usize,
+    };
+    let redis_bound = 20 + (100.0 * (t_outage_end + SLACK).as_secs_f64()).ceil() as usize;
+    let dead_checks = dead.len();
+    let all: Vec<Sample> = healthy.into_iter().chain(outage).collect();
+    for dead in [true, false] {
+        let by_redis = admitted(&all, dead, true);
+        let by_policy = admitted(&all, dead, false);
+        assert!(
+            by_redis <= redis_bound,
+            "{policy:?} dead={dead}: Redis admitted {by_redis} > {redis_bound}"
+        );
+        let pb = policy_bound(t_outage_end - t_kill);
+        assert!(
+            by_policy <= pb,
+            "{policy:?} dead={dead}: the policy admitted {by_policy} > {pb}"
+        );
+    }
+    let live_degraded = all
+        .iter()
+        .filter(|s| !s.dead_range && s.at >= t_kill && s.verdict.source != Source::Redis)
+        .count();
+    let live_total = all
+        .iter()
+        .filter(|s| !s.dead_range && s.at >= t_kill)
+        .count();
+
+    // Recovery: a restarted master answers CLUSTERDOWN until it has rejoined
+    // (Redis waits about the node timeout, here 1 s, before it serves again); from
+    // then on, the dead range is back on Redis within a cooldown plus a probe.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tokio::task::block_in_place(|| cluster.nodes[victim].info_ok()) {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted master did not rejoin"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let rejoined = t_back.elapsed();
+    let t_ok = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let recovered = loop {
+        let v = rl.check("dead").await.unwrap();
+        if v.source == Source::Redis {
+            break t_ok.elapsed();
+        }
+        assert!(Instant::now() < deadline, "{policy:?}: no recovery in 5 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(
+        recovered <= COOLDOWN + Duration::from_secs(1),
+        "{policy:?}: recovered {recovered:?} after the master rejoined"
+    );
+    cluster.wait_ok();
+    let after = load(&rl, keys, t0, Duration::from_millis(100)).await;
+    assert!(
+        after.iter().all(|s| s.verdict.source == Source::Redis),
+        "{policy:?}: after recovery"
+    );
+    format!(
+        "cluster {:<24} kill -9 of 1 of 3 masters: dead-range checks {:>4} (policy-admitted {:>3}), \
+         live-range checks {:>4} ({:>4} answered by the policy while the breaker was open), \
+         max {:>9.3?}, slow(>5ms) {:>2}, master serving again {:>9.3?} after its restart, \
+         dead range back on Redis {:>9.3?} after that",
+        format!("{policy:?}"),
+        dead_checks,
+        admitted(&all, true, false),
+        live_total,
+        live_degraded,
+        max,
+        slow,
+        rejoined,
+        recovered
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed() {
+    let mut cluster = tokio::task::block_in_place(Cluster::start);
+    let run = async {
+        let mut lines = Vec::new();
+        for (i, policy) in [
+            FailurePolicy::Closed,
+            FailurePolicy::Local { share_percent: 50 },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            lines.push(scenario(&mut cluster, policy, &format!("cf{i}")).await);
+        }
+        lines
+    };
+    let lines = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("cluster fault test took over 60 s");
+    for l in lines {
+        println!("{l}");
+    }
+}
