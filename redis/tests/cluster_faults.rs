@@ -14,7 +14,7 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,89 +61,32 @@ fn cluster_port() -> u16 {
     }
 }
 
-struct Node {
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
+/// A cluster node: a server of the test's own in cluster mode.
+type Node = common::Server;
+
+fn start_node() -> Node {
+    Node::start_with(
+        cluster_port(),
+        &[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-require-full-coverage",
+            "no",
+            "--cluster-config-file",
+            "nodes.conf",
+        ],
+    )
 }
 
-impl Node {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(common::fresh("sluicegate-cluster-fault"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut n = Self {
-            port: cluster_port(),
-            dir,
-            child: None,
-        };
-        n.spawn();
-        n
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(server_bin())
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
-            .args(["--cluster-require-full-coverage", "no"])
-            .arg("--cluster-config-file")
-            .arg(self.dir.join("nodes.conf"))
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (set SLUICEGATE_REDIS_SERVER or run scripts/test-redis)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.cmd(&["PING"]).is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "node {} did not start",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+fn info_ok(n: &Node) -> bool {
+    match n.cmd(&["CLUSTER", "INFO"]) {
+        Some(redis::Value::BulkString(b)) => {
+            String::from_utf8_lossy(&b).contains("cluster_state:ok")
         }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Option<redis::Value> {
-        let mut c = redis::Client::open(self.url())
-            .ok()?
-            .get_connection()
-            .ok()?;
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query(&mut c).ok()
-    }
-
-    fn info_ok(&self) -> bool {
-        match self.cmd(&["CLUSTER", "INFO"]) {
-            Some(redis::Value::BulkString(b)) => {
-                String::from_utf8_lossy(&b).contains("cluster_state:ok")
-            }
-            Some(redis::Value::VerbatimString { text, .. }) => text.contains("cluster_state:ok"),
-            _ => false,
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill(); // SIGKILL
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        Some(redis::Value::VerbatimString { text, .. }) => text.contains("cluster_state:ok"),
+        _ => false,
     }
 }
 
@@ -153,7 +96,7 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Self {
-        let nodes: Vec<Node> = (0..3).map(|_| Node::start()).collect();
+        let nodes: Vec<Node> = (0..3).map(|_| start_node()).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
@@ -175,7 +118,7 @@ impl Cluster {
 
     fn wait_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.nodes.iter().all(Node::info_ok) {
+        while !self.nodes.iter().all(info_ok) {
             assert!(Instant::now() < deadline, "cluster not ok");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -299,7 +242,7 @@ async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> S
     let outage_len = Duration::from_millis(500);
     let outage = load(&rl, keys, t0, outage_len).await;
     let t_outage_end = t0.elapsed();
-    cluster.nodes[victim].spawn();
+    cluster.nodes[victim].restart();
     let t_back = Instant::now();
 
     // Latency: no check waits past the timeout plus one connect attempt.
@@ -373,7 +316,7 @@ async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> S
     // (Redis waits about the node timeout, here 1 s, before it serves again); from
     // then on, the dead range is back on Redis within a cooldown plus a probe.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !tokio::task::block_in_place(|| cluster.nodes[victim].info_ok()) {
+    while !tokio::task::block_in_place(|| info_ok(&cluster.nodes[victim])) {
         assert!(
             Instant::now() < deadline,
             "the restarted master did not rejoin"

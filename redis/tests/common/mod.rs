@@ -73,24 +73,47 @@ pub struct Server {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// Extra `redis-server` arguments (e.g. cluster mode), kept for restarts.
+    args: Vec<String>,
 }
 
 impl Server {
+    /// A standalone server on a free port.
     pub fn start() -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
+        Self::start_with(port, &[])
+    }
+
+    /// A server on `port` with extra arguments; relative paths in them (such as
+    /// `--cluster-config-file nodes.conf`) land in the server's own directory.
+    pub fn start_with(port: u16, args: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(fresh("sluicegate-fault"));
         std::fs::create_dir_all(&dir).unwrap();
         let mut s = Self {
             port,
             dir,
             child: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         s.spawn();
         s
+    }
+
+    /// One command, or `None` if the server does not answer it.
+    pub fn cmd(&self, args: &[&str]) -> Option<redis::Value> {
+        let mut c = redis::Client::open(self.url())
+            .ok()?
+            .get_connection()
+            .ok()?;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut c).ok()
     }
 
     pub fn url(&self) -> String {
@@ -113,6 +136,7 @@ impl Server {
             ])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
