@@ -1,6 +1,10 @@
 //! A circuit breaker: after `failure_threshold` consecutive failures Redis is not
 //! asked for `cooldown`, so a dead server costs no latency per request; then one
 //! probe is let through (half-open), and its success closes the circuit.
+//!
+//! A standalone server has one breaker; a cluster has one per master (see
+//! [`crate::nodes`]), so a dead master's slots are answered by the failure policy
+//! while the other masters' keys still go to Redis.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use core::time::Duration;
@@ -98,7 +102,8 @@ impl Breaker {
         }
     }
 
-    pub(crate) fn failure(&self, permit: Permit) {
+    /// Counts a failed call; true when this failure opened a closed circuit.
+    pub(crate) fn failure(&self, permit: Permit) -> bool {
         let cooldown = u64::try_from(self.cfg.cooldown.as_nanos()).unwrap_or(u64::MAX);
         let reopen = || {
             self.open_until
@@ -107,7 +112,7 @@ impl Breaker {
         if permit == Permit::Probe {
             reopen();
             self.probing.store(false, Ordering::Release);
-            return;
+            return false;
         }
         let f = self
             .failures
@@ -115,7 +120,9 @@ impl Breaker {
             .saturating_add(1);
         if f >= self.cfg.failure_threshold.max(1) && self.open_until.load(Ordering::Relaxed) == 0 {
             reopen();
+            return true;
         }
+        false
     }
 
     /// Whether the circuit is open now (calls are answered by the failure policy).

@@ -26,16 +26,84 @@ pub enum Backend {
     Standalone(String),
     /// A Redis Cluster, from one or more seed nodes' URLs.
     Cluster(Vec<String>),
-    /// One server over TLS (`rediss://` URL) whose certificate must chain to
-    /// `root_ca_pem` (one or more PEM certificates) alone, not to the system trust
-    /// store or webpki-roots: for a private CA. Needs the `tls` feature
+    /// One server over TLS (`rediss://` URL) with [`TlsConfig`]: a private CA,
+    /// a client certificate, or both. Needs the `tls` feature
     /// ([`crate::RedisLimiter::new`] returns [`Error::Url`] without it).
     StandaloneTls {
         /// The `rediss://` URL; its host name is checked against the certificate.
         url: String,
-        /// The CA certificate(s) to trust, PEM.
-        root_ca_pem: Vec<u8>,
+        /// Whom to trust, and the client certificate to present.
+        tls: TlsConfig,
     },
+    /// A Redis Cluster over TLS (`rediss://` seed URLs; the servers run with
+    /// `tls-cluster yes`) with [`TlsConfig`], used for every node. Needs `tls`.
+    ClusterTls {
+        /// The seed nodes' `rediss://` URLs.
+        nodes: Vec<String>,
+        /// Whom to trust, and the client certificate to present.
+        tls: TlsConfig,
+    },
+}
+
+/// TLS settings beyond a plain `rediss://` URL (which trusts the system store and
+/// webpki-roots and presents no certificate).
+///
+/// ```
+/// use sluicegate_redis::{Backend, ClientCert, TlsConfig};
+/// let tls = TlsConfig {
+///     root_ca_pem: Some(b"-----BEGIN CERTIFICATE-----...".to_vec()),
+///     client: Some(ClientCert { cert_pem: b"...".to_vec(), key_pem: b"...".to_vec() }),
+/// };
+/// let b = Backend::from_url("rediss+cluster://10.0.0.1:6379,10.0.0.2:6379").unwrap().with_tls(tls).unwrap();
+/// assert!(matches!(b, Backend::ClusterTls { .. }));
+/// // The private key never shows in debug output.
+/// assert!(!format!("{b:?}").contains("key_pem: [46"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// Trust only these CA certificate(s), PEM (a private CA); `None`: the system
+    /// trust store and webpki-roots.
+    pub root_ca_pem: Option<Vec<u8>>,
+    /// The client certificate and key to present (mutual TLS, for servers with
+    /// `tls-auth-clients yes`); `None`: none.
+    pub client: Option<ClientCert>,
+}
+
+/// A client certificate (chain) and its private key, both PEM.
+///
+/// ```
+/// use sluicegate_redis::ClientCert;
+/// let c = ClientCert { cert_pem: b"cert".to_vec(), key_pem: b"secret".to_vec() };
+/// assert!(format!("{c:?}").contains("<redacted>"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    /// The certificate, then any intermediates, PEM.
+    pub cert_pem: Vec<u8>,
+    /// The private key, PEM.
+    pub key_pem: Vec<u8>,
+}
+
+impl core::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ClientCert")
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .field("key_pem", &format_args!("<redacted>"))
+            .finish()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl TlsConfig {
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self.client.as_ref().map(|c| redis::ClientTlsConfig {
+                client_cert: c.cert_pem.clone(),
+                client_key: c.key_pem.clone(),
+            }),
+            root_cert: self.root_ca_pem.clone(),
+        }
+    }
 }
 
 impl Backend {
@@ -76,8 +144,33 @@ impl Backend {
         )))
     }
 
+    /// The same servers over TLS with `tls`: a `rediss://` URL becomes
+    /// [`Backend::StandaloneTls`], `rediss+cluster://` seeds [`Backend::ClusterTls`].
+    /// A plain-text (`redis://`, `unix://`) backend is an [`Error::Url`].
+    ///
+    /// ```
+    /// # use sluicegate_redis::{Backend, TlsConfig};
+    /// let b = Backend::from_url("rediss://cache:6380").unwrap().with_tls(TlsConfig::default()).unwrap();
+    /// assert!(matches!(b, Backend::StandaloneTls { .. }));
+    /// assert!(Backend::from_url("redis://cache:6379").unwrap().with_tls(TlsConfig::default()).is_err());
+    /// ```
+    pub fn with_tls(self, tls: TlsConfig) -> Result<Self, Error> {
+        let secure = |u: &str| u.starts_with("rediss://");
+        match self {
+            Self::Standalone(url) if secure(&url) => Ok(Self::StandaloneTls { url, tls }),
+            Self::Cluster(nodes) if !nodes.is_empty() && nodes.iter().all(|n| secure(n)) => {
+                Ok(Self::ClusterTls { nodes, tls })
+            }
+            Self::StandaloneTls { url, .. } => Ok(Self::StandaloneTls { url, tls }),
+            Self::ClusterTls { nodes, .. } => Ok(Self::ClusterTls { nodes, tls }),
+            _ => Err(Error::Url(
+                "TLS settings need rediss:// (or rediss+cluster://) URLs".into(),
+            )),
+        }
+    }
+
     /// Whether this backend can be used with the features this crate was built
-    /// with: [`Backend::StandaloneTls`] and `rediss://` URLs need `tls`.
+    /// with: the TLS variants and `rediss://` URLs need `tls`.
     pub(crate) fn check_features(&self) -> Result<(), Error> {
         if cfg!(feature = "tls") {
             return Ok(());
@@ -85,7 +178,7 @@ impl Backend {
         let tls = match self {
             Self::Standalone(url) => url.starts_with("rediss://"),
             Self::Cluster(nodes) => nodes.iter().any(|n| n.starts_with("rediss://")),
-            Self::StandaloneTls { .. } => true,
+            Self::StandaloneTls { .. } | Self::ClusterTls { .. } => true,
         };
         if tls {
             return Err(Error::Url(
@@ -115,14 +208,8 @@ impl Backend {
                     Ok::<_, redis::RedisError>(Conn::Single(c))
                 }
                 #[cfg(feature = "tls")]
-                Self::StandaloneTls { url, root_ca_pem } => {
-                    let client = redis::Client::build_with_tls(
-                        url.as_str(),
-                        redis::TlsCertificates {
-                            client_tls: None,
-                            root_cert: Some(root_ca_pem.clone()),
-                        },
-                    )?;
+                Self::StandaloneTls { url, tls } => {
+                    let client = redis::Client::build_with_tls(url.as_str(), tls.certificates())?;
                     let cfg = AsyncConnectionConfig::new()
                         .set_connection_timeout(Some(connect))
                         .set_response_timeout(None);
@@ -132,17 +219,20 @@ impl Backend {
                     Ok(Conn::Single(c))
                 }
                 #[cfg(not(feature = "tls"))]
-                Self::StandaloneTls { .. } => Err(redis::RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "TLS needs the `tls` feature",
-                ))),
+                Self::StandaloneTls { .. } | Self::ClusterTls { .. } => {
+                    Err(redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "TLS needs the `tls` feature",
+                    )))
+                }
                 Self::Cluster(nodes) => {
-                    // No retries: a call that failed or timed out may have run, and
-                    // replaying it could charge twice.
-                    let client = ClusterClientBuilder::new(nodes.clone())
-                        .retries(0)
-                        .connection_timeout(connect)
-                        .response_timeout(response)
+                    let client = cluster_builder(nodes, connect, response).build()?;
+                    Ok(Conn::Cluster(client.get_async_connection().await?))
+                }
+                #[cfg(feature = "tls")]
+                Self::ClusterTls { nodes, tls } => {
+                    let client = cluster_builder(nodes, connect, response)
+                        .certs(tls.certificates())
                         .build()?;
                     Ok(Conn::Cluster(client.get_async_connection().await?))
                 }
@@ -153,6 +243,19 @@ impl Backend {
             Err(_) => Err(Error::Timeout),
         }
     }
+}
+
+/// The cluster client's settings. No retries: a call that failed or timed out
+/// may have run, and replaying it could charge twice.
+fn cluster_builder(
+    nodes: &[String],
+    connect: Duration,
+    response: Duration,
+) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(nodes.to_vec())
+        .retries(0)
+        .connection_timeout(connect)
+        .response_timeout(response)
 }
 
 /// A live connection; cloning shares it.
@@ -192,7 +295,12 @@ mod tests {
         assert!(b.check_features().is_err());
         let b = Backend::StandaloneTls {
             url: "rediss://127.0.0.1:6380".into(),
-            root_ca_pem: Vec::new(),
+            tls: super::TlsConfig::default(),
+        };
+        assert!(b.check_features().is_err());
+        let b = Backend::ClusterTls {
+            nodes: vec!["rediss://127.0.0.1:6380".into()],
+            tls: super::TlsConfig::default(),
         };
         assert!(b.check_features().is_err());
         assert!(Backend::from_url("redis://127.0.0.1:6379")

@@ -17,8 +17,9 @@
 //!   tag, so all limits of one key share a slot.
 //! * **Failure policy per limit** ([`FailurePolicy`]): open, closed, or a local
 //!   limiter at a share of the quota; short timeouts (25 ms by default) and a
-//!   circuit breaker ([`BreakerConfig`]), so a dead Redis costs no latency per
-//!   request, and recovery when it returns.
+//!   circuit breaker ([`BreakerConfig`]) per server, and per master on a cluster,
+//!   so a dead Redis costs no latency per request, a dead master costs only its
+//!   own slots, and recovery when it returns.
 //! * **Hybrid mode** ([`HybridLimiter`]): a lock-free local limiter in front, units
 //!   leased from Redis in batches and spent locally, a negative cache after a
 //!   denial; the global quota is never exceeded (bound in [`hybrid`]).
@@ -57,11 +58,12 @@ mod error;
 pub mod hybrid;
 mod limit;
 mod limiter;
+mod nodes;
 mod policy;
 pub mod script;
 
 pub use breaker::BreakerConfig;
-pub use conn::Backend;
+pub use conn::{Backend, ClientCert, TlsConfig};
 pub use error::Error;
 pub use hybrid::{HybridConfig, HybridLimiter, HybridStats};
 pub use limit::{Algorithm, Limit, Reply};

@@ -9,6 +9,7 @@ use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::conn::{Backend, Conn};
 use crate::error::Error;
 use crate::limit::{Limit, Mode, Reply};
+use crate::nodes::{key_slot, NodeMap};
 use crate::policy::{FailurePolicy, Fallback};
 use crate::script::Scripts;
 
@@ -127,7 +128,13 @@ pub(crate) struct Inner {
     /// Failed connection attempts so far: a task that waited for another's attempt
     /// and sees it fail does not try again itself (no queue of timeouts).
     connect_failures: core::sync::atomic::AtomicU64,
+    /// The breaker of a standalone server; on a cluster, of the calls no master's
+    /// breaker covers (before the first slot map, or slots it does not list).
     pub(crate) breaker: Breaker,
+    /// On a cluster: each master's breaker and the slots it serves.
+    nodes: RwLock<Option<NodeMap>>,
+    /// A slot-map refresh is running.
+    refreshing: core::sync::atomic::AtomicBool,
     fallback: Option<Fallback>,
     /// Open coalescing flights: the costs (in arrival order) and where each
     /// decision goes.
@@ -135,6 +142,22 @@ pub(crate) struct Inner {
 }
 
 type Flight = Vec<(u64, tokio::sync::oneshot::Sender<Result<Reply, Error>>)>;
+
+/// The breaker a call counts against: the main one, or a cluster master's.
+enum BreakerRef<'a> {
+    Main(&'a Breaker),
+    Node(Arc<Breaker>),
+}
+
+impl core::ops::Deref for BreakerRef<'_> {
+    type Target = Breaker;
+    fn deref(&self) -> &Breaker {
+        match self {
+            Self::Main(b) => b,
+            Self::Node(b) => b,
+        }
+    }
+}
 
 /// A distributed limiter: one [`Limit`] named `name`, applied per key, its state in
 /// Redis. Cheap to clone (clones share the connection, breaker and fallback).
@@ -208,6 +231,8 @@ impl RedisLimiter {
                 limit,
                 name: name.to_owned(),
                 breaker: Breaker::new(cfg.breaker),
+                nodes: RwLock::new(None),
+                refreshing: core::sync::atomic::AtomicBool::new(false),
                 cfg,
                 scripts: Scripts::new(),
                 conn: RwLock::new(None),
@@ -246,7 +271,8 @@ impl RedisLimiter {
         &self.inner.limit
     }
 
-    /// Whether the circuit breaker is open (checks are answered by the policy).
+    /// Whether a circuit breaker is open: the server's, or on a cluster any
+    /// master's (the checks of its keys are answered by the policy).
     ///
     /// ```
     /// # use sluicegate::Quota;
@@ -257,6 +283,83 @@ impl RedisLimiter {
     /// ```
     pub fn circuit_open(&self) -> bool {
         self.inner.breaker.is_open()
+            || self
+                .inner
+                .nodes
+                .read()
+                .ok()
+                .is_some_and(|m| m.as_ref().is_some_and(NodeMap::any_open))
+    }
+
+    /// Whether the breaker that `key`'s checks count against is open: the
+    /// server's, or on a cluster that of the master serving `key`'s slot.
+    ///
+    /// ```
+    /// # use sluicegate::Quota;
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert!(!rl.circuit_open_for("user:1"));
+    /// ```
+    pub fn circuit_open_for(&self, key: &str) -> bool {
+        self.breaker_for(&self.redis_key(key)).is_open()
+    }
+
+    /// The breaker for the Redis key `rkey`.
+    fn breaker_for(&self, rkey: &str) -> BreakerRef<'_> {
+        let node = self.inner.nodes.read().ok().and_then(|m| {
+            m.as_ref()
+                .and_then(|m| m.breaker(key_slot(rkey.as_bytes())).cloned())
+        });
+        match node {
+            Some(b) => BreakerRef::Node(b),
+            None => BreakerRef::Main(&self.inner.breaker),
+        }
+    }
+
+    /// Counts a failure; a master's circuit that this opened (a failover or a
+    /// slot migration may be why) has the slot map read again.
+    fn failed(&self, breaker: &Breaker, permit: Permit) {
+        if breaker.failure(permit) && matches!(self.current(), Some(Conn::Cluster(_))) {
+            self.refresh_nodes();
+        }
+    }
+
+    /// Reads `CLUSTER SLOTS` on a task of its own (no check waits for it) and
+    /// installs the map, keeping the breakers of masters it already knew.
+    fn refresh_nodes(&self) {
+        use core::sync::atomic::Ordering;
+        let Some(Conn::Cluster(mut conn)) = self.current() else {
+            return;
+        };
+        if self.inner.refreshing.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.inner.refreshing.store(false, Ordering::Release);
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+            let timeout = this
+                .inner
+                .cfg
+                .timeout
+                .max(core::time::Duration::from_millis(250));
+            if let Ok(Ok(reply)) =
+                tokio::time::timeout(timeout, cmd.query_async::<redis::Value>(&mut conn)).await
+            {
+                if let Ok(mut g) = this.inner.nodes.write() {
+                    if let Some(map) =
+                        NodeMap::from_cluster_slots(&reply, g.as_ref(), this.inner.cfg.breaker)
+                    {
+                        *g = Some(map);
+                    }
+                }
+            }
+            this.inner.refreshing.store(false, Ordering::Release);
+        });
     }
 
     /// Checks one unit for `key`. See [`Self::check_n`].
@@ -358,7 +461,7 @@ impl RedisLimiter {
         if permit == Permit::Reject {
             return unavailable(|| Error::CircuitOpen);
         }
-        let mut conn = match self.conn().await {
+        let mut conn = match self.conn(&inner.breaker).await {
             Ok(c) => c,
             Err(_) => {
                 inner.breaker.failure(permit);
@@ -521,13 +624,14 @@ impl RedisLimiter {
     /// call: one reply per cost, in order, or one error for all.
     async fn call_multi(&self, key: &str, costs: &[u64]) -> Result<Vec<Reply>, Error> {
         let inner = &self.inner;
-        let permit = inner.breaker.permit();
+        let rkey = self.redis_key(key);
+        let breaker = self.breaker_for(&rkey);
+        let permit = breaker.permit();
         if permit == Permit::Reject {
             return Err(Error::CircuitOpen);
         }
         let result = async {
-            let mut conn = self.conn().await?;
-            let rkey = self.redis_key(key);
+            let mut conn = self.conn(&breaker).await?;
             let limit = &inner.limit;
             let fut = inner
                 .scripts
@@ -551,17 +655,26 @@ impl RedisLimiter {
             }
         }
         .await;
-        match &result {
-            Ok(_) => inner.breaker.success(permit),
-            Err(e) => {
-                inner.breaker.failure(permit);
-                if !matches!(e, Error::Redis(r) if r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError))
-                {
+        self.settle(&breaker, permit, result.as_ref().err());
+        result
+    }
+
+    /// Records a call's outcome on its breaker; after a timeout or a broken
+    /// connection to a standalone server, starts from a fresh connection (a
+    /// SIGSTOPped server keeps its socket open and would never answer). A
+    /// cluster connection is kept: it reconnects to a master on its own, and
+    /// dropping it would cost the live masters' keys a reconnect too.
+    fn settle(&self, breaker: &Breaker, permit: Permit, error: Option<&Error>) {
+        match error {
+            None => breaker.success(permit),
+            Some(e) => {
+                self.failed(breaker, permit);
+                let server_error = matches!(e, Error::Redis(r) if r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError));
+                if !server_error && !matches!(self.current(), Some(Conn::Cluster(_))) {
                     self.drop_conn();
                 }
             }
         }
-        result
     }
 
     /// Raw peek (see [`Self::try_check_n`]).
@@ -657,32 +770,28 @@ impl RedisLimiter {
                 capacity,
             }));
         }
-        let permit = inner.breaker.permit();
+        let rkey = self.redis_key(key);
+        let breaker = self.breaker_for(&rkey);
+        let permit = breaker.permit();
         if permit == Permit::Reject {
             return Err(Error::CircuitOpen);
         }
-        let result = self.call_redis(key, n, mode).await;
-        match &result {
-            Ok(_) => inner.breaker.success(permit),
-            Err(e) => {
-                inner.breaker.failure(permit);
-                if !matches!(e, Error::Redis(r) if r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError))
-                {
-                    // A timeout or a broken connection: start from a fresh one. A
-                    // SIGSTOPped server keeps its socket open and would never answer.
-                    self.drop_conn();
-                }
-            }
-        }
+        let result = self.call_redis(&breaker, &rkey, n, mode).await;
+        self.settle(&breaker, permit, result.as_ref().err());
         result
     }
 
-    async fn call_redis(&self, key: &str, n: u64, mode: Mode) -> Result<Reply, Error> {
+    async fn call_redis(
+        &self,
+        breaker: &Breaker,
+        rkey: &str,
+        n: u64,
+        mode: Mode,
+    ) -> Result<Reply, Error> {
         let inner = &self.inner;
-        let mut conn = self.conn().await?;
-        let rkey = self.redis_key(key);
+        let mut conn = self.conn(breaker).await?;
         let limit = &inner.limit;
-        let fut = inner.scripts.invoke(&mut conn, limit.script, &rkey, |c| {
+        let fut = inner.scripts.invoke(&mut conn, limit.script, rkey, |c| {
             limit.push_args(c, n, mode)
         });
         match tokio::time::timeout(inner.cfg.timeout, fut).await {
@@ -699,7 +808,9 @@ impl RedisLimiter {
         }
     }
 
-    async fn conn(&self) -> Result<Conn, Error> {
+    /// The connection, (re)connecting if there is none, unless `breaker` (the
+    /// calling check's) opened meanwhile or another task's attempt just failed.
+    async fn conn(&self, breaker: &Breaker) -> Result<Conn, Error> {
         if let Some(c) = self.current() {
             return Ok(c);
         }
@@ -709,7 +820,7 @@ impl RedisLimiter {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        if self.inner.connect_failures.load(Relaxed) != failures || self.inner.breaker.is_open() {
+        if self.inner.connect_failures.load(Relaxed) != failures || breaker.is_open() {
             return Err(Error::CircuitOpen);
         }
         let c = match self
@@ -726,6 +837,9 @@ impl RedisLimiter {
         };
         if let Ok(mut g) = self.inner.conn.write() {
             *g = Some(c.clone());
+        }
+        if matches!(c, Conn::Cluster(_)) {
+            self.refresh_nodes();
         }
         Ok(c)
     }

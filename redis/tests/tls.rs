@@ -1,8 +1,11 @@
-//! TLS (`rediss://`, feature `tls`) against the TLS-only server scripts/test-redis
-//! starts with a throwaway CA: `SLUICEGATE_REDIS_TLS_URL` and
-//! `SLUICEGATE_REDIS_TLS_CA` (the CA's PEM file). Where the script set them, a
-//! connection that fails is a test failure; without them (a plain `cargo test`)
-//! the tests say so and pass.
+//! TLS (`rediss://`, feature `tls`) against the TLS-only servers scripts/test-redis
+//! starts with a throwaway CA: a server (`SLUICEGATE_REDIS_TLS_URL`), a server
+//! requiring client certificates (`SLUICEGATE_REDIS_MTLS_URL`) and a 3-master
+//! cluster requiring them (`SLUICEGATE_REDIS_TLS_CLUSTER_URL`), with the CA's and
+//! the client's PEM files in `SLUICEGATE_REDIS_TLS_CA`,
+//! `SLUICEGATE_REDIS_TLS_CLIENT_CERT` and `SLUICEGATE_REDIS_TLS_CLIENT_KEY`.
+//! Where the script set them, a connection that fails is a test failure; without
+//! them (a plain `cargo test`) the tests say so and pass.
 #![cfg(feature = "tls")]
 
 mod common;
@@ -10,14 +13,39 @@ mod common;
 use std::time::Duration;
 
 use sluicegate::Quota;
-use sluicegate_redis::{Algorithm, Backend, Config, Limit, RedisLimiter, Source};
+use sluicegate_redis::{
+    Algorithm, Backend, ClientCert, Config, Limit, RedisLimiter, Source, TlsConfig,
+};
+
+fn pem(var: &str) -> Vec<u8> {
+    let path = std::env::var(var).unwrap_or_else(|_| panic!("{var} is not set"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
 
 fn tls_env() -> Option<(String, Vec<u8>)> {
     let url = std::env::var("SLUICEGATE_REDIS_TLS_URL").ok()?;
-    let ca = std::env::var("SLUICEGATE_REDIS_TLS_CA")
-        .expect("SLUICEGATE_REDIS_TLS_URL is set but SLUICEGATE_REDIS_TLS_CA is not");
-    let pem = std::fs::read(&ca).unwrap_or_else(|e| panic!("{ca}: {e}"));
-    Some((url, pem))
+    Some((url, pem("SLUICEGATE_REDIS_TLS_CA")))
+}
+
+/// The URL in `var`, and TLS settings with the private CA, with or without the
+/// client certificate.
+fn mtls_env(var: &str, with_client: bool) -> Option<(String, TlsConfig)> {
+    let url = std::env::var(var).ok()?;
+    let client = with_client.then(|| ClientCert {
+        cert_pem: pem("SLUICEGATE_REDIS_TLS_CLIENT_CERT"),
+        key_pem: pem("SLUICEGATE_REDIS_TLS_CLIENT_KEY"),
+    });
+    Some((
+        url,
+        TlsConfig {
+            root_ca_pem: Some(pem("SLUICEGATE_REDIS_TLS_CA")),
+            client,
+        },
+    ))
+}
+
+fn not_run(var: &str) {
+    eprintln!("{var} not set (scripts/test-redis sets it): not run");
 }
 
 fn cfg() -> Config {
@@ -40,7 +68,13 @@ async fn checks_over_tls_with_a_private_ca() {
         eprintln!("SLUICEGATE_REDIS_TLS_URL not set (scripts/test-redis sets it): not run");
         return;
     };
-    let backend = Backend::StandaloneTls { url, root_ca_pem };
+    let backend = Backend::StandaloneTls {
+        url,
+        tls: TlsConfig {
+            root_ca_pem: Some(root_ca_pem),
+            client: None,
+        },
+    };
     let rl = RedisLimiter::new(backend, &common::fresh("tls"), limit(), cfg()).unwrap();
     // try_: the raw error, so that a TLS failure fails the test instead of being
     // answered by the failure policy.
@@ -109,4 +143,74 @@ async fn plain_text_to_the_tls_port_fails() {
     )
     .unwrap();
     assert!(rl.try_check_n("k", 1).await.is_err());
+}
+
+/// A server with `tls-auth-clients yes`: checks work with the client certificate
+/// and are refused without it (the server ends the handshake).
+#[tokio::test]
+async fn client_certificates_standalone() {
+    let var = "SLUICEGATE_REDIS_MTLS_URL";
+    let (Some((url, with)), Some((_, without))) = (mtls_env(var, true), mtls_env(var, false))
+    else {
+        return not_run(var);
+    };
+    let backend = Backend::from_url(&url).unwrap().with_tls(with).unwrap();
+    let rl = RedisLimiter::new(backend, &common::fresh("mtls"), limit(), cfg()).unwrap();
+    let r = rl
+        .try_check_n("k", 2)
+        .await
+        .expect("check with a client certificate");
+    assert!(r.decision.allowed);
+    assert_eq!(r.decision.remaining, 1);
+
+    let backend = Backend::from_url(&url).unwrap().with_tls(without).unwrap();
+    let rl = RedisLimiter::new(backend, &common::fresh("mtls"), limit(), cfg()).unwrap();
+    let e = rl
+        .try_check_n("k", 1)
+        .await
+        .expect_err("no client certificate");
+    assert!(e.is_unavailable(), "{e:?}");
+}
+
+/// A 3-master cluster with `tls-cluster yes` and `tls-auth-clients yes`, over
+/// `rediss+cluster://` with the CA and the client certificate: keys on every
+/// master are decided by Redis; without the client certificate nothing connects.
+#[tokio::test]
+async fn a_tls_cluster_with_client_certificates() {
+    let var = "SLUICEGATE_REDIS_TLS_CLUSTER_URL";
+    let (Some((url, with)), Some((_, without))) = (mtls_env(var, true), mtls_env(var, false))
+    else {
+        return not_run(var);
+    };
+    let backend = Backend::from_url(&url).unwrap().with_tls(with).unwrap();
+    assert!(matches!(backend, Backend::ClusterTls { .. }));
+    let rl = RedisLimiter::new(backend, &common::fresh("tlsc"), limit(), cfg()).unwrap();
+    // 32 keys: the slots of the hash tags "0".."31" fall on all three masters.
+    let keys: Vec<String> = (0..32).map(|i| i.to_string()).collect();
+    for k in &keys {
+        let r = rl
+            .try_check_n(k, 3)
+            .await
+            .expect("check on the TLS cluster");
+        assert!(
+            r.decision.allowed && r.decision.remaining == 0,
+            "{k}: {r:?}"
+        );
+        let r = rl.try_check_n(k, 1).await.unwrap();
+        assert!(!r.decision.allowed, "{k}: the burst of 3 is spent");
+    }
+    let many: Vec<(&str, u64)> = keys.iter().map(|k| (k.as_str(), 1)).collect();
+    for v in rl.check_many(&many).await {
+        let v = v.unwrap();
+        assert_eq!(v.source, Source::Redis);
+        assert!(!v.decision.allowed);
+    }
+
+    let backend = Backend::from_url(&url).unwrap().with_tls(without).unwrap();
+    let rl = RedisLimiter::new(backend, &common::fresh("tlsc"), limit(), cfg()).unwrap();
+    let e = rl
+        .try_check_n("k", 1)
+        .await
+        .expect_err("no client certificate");
+    assert!(e.is_unavailable(), "{e:?}");
 }
