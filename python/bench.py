@@ -3,15 +3,24 @@ always-allowing limit in memory, ns per check (median of several repeats).
 
     .venv/bin/python python/bench.py        # after scripts/test-python, with
     .venv/bin/pip install -r python/requirements-bench.txt
+
+With ``--redis-async URL`` (a running redis-server) it measures instead the Redis
+limiters' ``check_async``: native (the Rust future) against the ``asyncio.to_thread``
+path it replaced, 1000 checks in flight at once and 1000 one after another:
+
+    .venv/bin/python python/bench.py --redis-async redis://127.0.0.1:6379
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable
 
 import limits
 import limits.storage
@@ -141,5 +150,65 @@ def main() -> None:
     print(f"target ≥ 20× limits fixed window: {'met' if base / ours_ns >= 20 else 'missed'} ({base / ours_ns:.1f}×)")
 
 
+def redis_async(url: str, tasks: int = 1000, repeats: int = REPEATS) -> None:
+    """check_async against asyncio.to_thread(check) (what check_async was before it
+    went native) on one RedisKeyedLimiter, in one process and one event loop:
+    checks per second over `tasks` checks, concurrent (asyncio.gather) and one
+    after another; the two alternate within each repeat; median of `repeats`."""
+    rl = sluicegate.RedisKeyedLimiter(
+        f"{HUGE}/hour", url=url, name=f"bench-{uuid.uuid4().hex}", timeout=1.0, failure_policy="closed"
+    )
+
+    async def gathered(one: Callable[[], Awaitable[sluicegate.Decision]]) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        ds = await asyncio.gather(*(one() for _ in range(tasks)))
+        return time.perf_counter() - t0, sum(1 for d in ds if not d)
+
+    async def sequential(one: Callable[[], Awaitable[sluicegate.Decision]]) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        denied = 0
+        for _ in range(tasks):
+            denied += not await one()
+        return time.perf_counter() - t0, denied
+
+    def native() -> Awaitable[sluicegate.Decision]:
+        return rl.check_async("k")
+
+    def threaded() -> Awaitable[sluicegate.Decision]:
+        return asyncio.to_thread(rl.check, "k")
+
+    contenders = {"check_async (native)": native, "asyncio.to_thread(check) (before)": threaded}
+    shapes = {f"{tasks} concurrent (gather)": gathered, f"{tasks} sequential awaits": sequential}
+
+    async def run() -> dict[tuple[str, str], list[float]]:
+        for one in contenders.values():  # connect, warm the thread pool
+            await gathered(one)
+        runs: dict[tuple[str, str], list[float]] = {(s, c): [] for s in shapes for c in contenders}
+        denied = 0
+        for _ in range(repeats):
+            for shape, measure_ in shapes.items():
+                for name, one in contenders.items():
+                    secs, d = await measure_(one)
+                    denied += d
+                    runs[(shape, name)].append(tasks / secs)
+        # failure_policy closed: a timed-out call is a denial, and would skew the figures.
+        assert denied == 0, f"{denied} checks were denied (Redis timeouts?)"
+        return runs
+
+    runs = asyncio.run(run())
+    print(f"Python {sys.version.split()[0]}, sluicegate {sluicegate.__version__}; {url}; median of {repeats} runs;")
+    print(f"default thread pool: {min(32, (os.cpu_count() or 1) + 4)} workers\n")
+    print("| shape | contender | checks/s | µs per check | vs before |")
+    print("|---|---|---:|---:|---:|")
+    for shape in shapes:
+        base = statistics.median(runs[(shape, "asyncio.to_thread(check) (before)")])
+        for name in contenders:
+            rate = statistics.median(runs[(shape, name)])
+            print(f"| {shape} | {name} | {rate:,.0f} | {1e6 / rate:.1f} | {rate / base:.2f}× |")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--redis-async":
+        redis_async(sys.argv[2])
+    else:
+        main()

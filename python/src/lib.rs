@@ -3,6 +3,7 @@
 //! limiter is shared by any number of threads without a lock, and the GIL is
 //! released only where a call sleeps (`acquire`).
 
+mod aio;
 mod clock;
 mod decision;
 mod errors;

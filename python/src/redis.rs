@@ -1,7 +1,10 @@
 //! Redis-backed limiters (`sluicegate-redis`): the same decisions as the local
 //! classes, their state shared by every process on the server. The blocking calls
-//! release the GIL for the round trip; the `_async` forms run it on a worker
-//! thread (`asyncio.to_thread`), so the event loop never waits on Redis.
+//! release the GIL for the round trip. The `_async` forms are native: the check is
+//! the async limiter's future, spawned on the blocking limiter's own runtime (one
+//! connection, one driver task, one set of timers for both forms), and handed to
+//! asyncio as a future through `pyo3-async-runtimes` (`aio.rs`); no thread waits
+//! on it, and the GIL is taken only to hand over the decision.
 
 use std::time::Duration;
 
@@ -13,7 +16,7 @@ use sluicegate_redis::{blocking, Algorithm, Backend, Config, FailurePolicy, Limi
 
 use crate::decision::PyDecision;
 use crate::limiters::cost;
-use crate::{errors, quota, wait};
+use crate::{aio, errors, quota, wait};
 
 fn error(e: sluicegate_redis::Error) -> PyErr {
     match e {
@@ -153,6 +156,46 @@ fn run(
         .map_err(error)
 }
 
+/// `check` / `peek` as a coroutine (`sluicegate._aio.native`): the arguments are
+/// checked now, by the caller's line, like the blocking call's; the round trip
+/// starts when the coroutine is first awaited, and `CapacityError` comes from it,
+/// as from the blocking call. The coroutine holds `slf`: the limiter, and so its
+/// runtime, outlives every check in flight.
+fn coroutine<'py>(
+    slf: &Bound<'py, PyAny>,
+    key: String,
+    n: u64,
+    consume: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    let start = slf.getattr(pyo3::intern!(py, "_start"))?;
+    wait::coroutine(py, "native", (start, key, n, consume))
+}
+
+/// Spawns one check on `rl`'s runtime (`aio::spawn`) and returns the asyncio
+/// future of its decision. Errors map as the blocking call's do (`error`).
+/// Cancelling abandons the wait, not the call: the check was handed to Redis
+/// already or soon will be, and runs to its end (at most the limiter's timeout),
+/// so a cancelled check may still be charged, as a cancelled `asyncio.to_thread`
+/// one was.
+fn start<'py>(
+    py: Python<'py>,
+    rl: &blocking::RedisLimiter,
+    key: String,
+    n: u64,
+    consume: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let limiter = rl.as_async().clone();
+    aio::spawn(py, rl.handle(), async move {
+        let v = if consume {
+            limiter.check_n(&key, n).await
+        } else {
+            limiter.peek_n(&key, n).await
+        };
+        v.map(|v| PyDecision::from(v.decision)).map_err(error)
+    })
+}
+
 /// One limit per key, its state in Redis: the Redis counterpart of `KeyedLimiter`.
 #[pyclass(frozen, name = "RedisKeyedLimiter", module = "sluicegate._sluicegate")]
 pub struct PyRedisKeyedLimiter {
@@ -227,16 +270,15 @@ impl PyRedisKeyedLimiter {
         run(py, &self.inner, &key_of(key)?, cost(n)?, true).map(|r| r.0.allowed)
     }
 
-    /// `check` as a coroutine: the round trip runs on a worker thread.
+    /// `check` as a coroutine: the async round trip, no worker thread.
     #[pyo3(signature = (key, n = 1))]
     fn check_async<'py>(
         slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
         n: i64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        cost(n)?;
-        key_of(key)?;
-        wait::coroutine(slf.py(), "in_thread", (slf.getattr("check")?, key, n))
+        let n = cost(n)?;
+        coroutine(slf.as_any(), key_of(key)?, n, true)
     }
 
     /// `peek` as a coroutine.
@@ -246,9 +288,20 @@ impl PyRedisKeyedLimiter {
         key: &Bound<'py, PyAny>,
         n: i64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        cost(n)?;
-        key_of(key)?;
-        wait::coroutine(slf.py(), "in_thread", (slf.getattr("peek")?, key, n))
+        let n = cost(n)?;
+        coroutine(slf.as_any(), key_of(key)?, n, false)
+    }
+
+    /// The `_async` forms' first step (`coroutine`), with checked arguments.
+    #[pyo3(name = "_start")]
+    fn start_<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        n: u64,
+        consume: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        start(py, &self.inner, key, n, consume)
     }
 
     /// The Redis key that holds `key`'s state.
@@ -339,18 +392,28 @@ impl PyRedisLimiter {
         run(py, &self.inner, ONE, cost(n)?, true).map(|r| r.0.allowed)
     }
 
-    /// `check` as a coroutine: the round trip runs on a worker thread.
+    /// `check` as a coroutine: the async round trip, no worker thread.
     #[pyo3(signature = (n = 1))]
     fn check_async<'py>(slf: &Bound<'py, Self>, n: i64) -> PyResult<Bound<'py, PyAny>> {
-        cost(n)?;
-        wait::coroutine(slf.py(), "in_thread", (slf.getattr("check")?, n))
+        coroutine(slf.as_any(), ONE.to_owned(), cost(n)?, true)
     }
 
     /// `peek` as a coroutine.
     #[pyo3(signature = (n = 1))]
     fn peek_async<'py>(slf: &Bound<'py, Self>, n: i64) -> PyResult<Bound<'py, PyAny>> {
-        cost(n)?;
-        wait::coroutine(slf.py(), "in_thread", (slf.getattr("peek")?, n))
+        coroutine(slf.as_any(), ONE.to_owned(), cost(n)?, false)
+    }
+
+    /// The `_async` forms' first step (`coroutine`), with checked arguments.
+    #[pyo3(name = "_start")]
+    fn start_<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        n: u64,
+        consume: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        start(py, &self.inner, key, n, consume)
     }
 
     /// The quota.

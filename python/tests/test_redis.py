@@ -6,6 +6,7 @@ skipped with that reason (and only then)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import socket
@@ -13,8 +14,11 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -138,6 +142,285 @@ def test_async_checks_do_not_block_the_loop_and_do_not_over_admit(url: str) -> N
 
     admitted, remaining, single_ok = asyncio.run(main())
     assert (admitted, remaining, single_ok) == (20, 0, True)
+
+
+def _redis(url: str, command: str) -> bytes:
+    """One inline command on a connection of its own; the first line of the reply."""
+    u = urllib.parse.urlsplit(url)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379), timeout=2) as s:
+        s.sendall(command.encode() + b"\r\n")
+        return s.recv(256).split(b"\r\n")[0]
+
+
+def _pause(url: str, ms: int) -> None:
+    """CLIENT PAUSE ... ALL: the server holds every other client's commands for ms
+    milliseconds, so checks sent meanwhile are in flight until it ends."""
+    assert _redis(url, f"CLIENT PAUSE {ms} ALL") == b"+OK"
+
+
+def _runtime_threads() -> int | None:
+    """How many sluicegate-redis runtime threads (one per Redis limiter) this process
+    has now; None where /proc does not say."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                # The runtime names them "sluicegate-redis"; Linux keeps 15 bytes of it.
+                n += f.read().strip() == "sluicegate-redis"[:15]
+        except OSError:
+            pass
+    return n
+
+
+def _wait_threads(n: int | None) -> None:
+    """Until the runtime threads are back to n (a dropped runtime joins its thread
+    before the drop returns, so this is at once; the wait only absorbs /proc lag)."""
+    if n is None:
+        return
+    deadline = time.monotonic() + 2
+    while _runtime_threads() != n:
+        assert time.monotonic() < deadline, f"{_runtime_threads()} runtime threads, expected {n}"
+        time.sleep(0.01)
+
+
+def test_async_checks_concurrent_on_one_key_admit_exactly_the_burst(url: str) -> None:
+    # 1000 checks in flight at once on one key: every one is a script call decided
+    # atomically by Redis, so exactly the burst is admitted. failure_policy closed
+    # and a generous timeout: a call that failed would show as a missing admission.
+    keyed = RedisKeyedLimiter("37/hour", url=url, name=_name(), timeout=5.0, failure_policy="closed")
+    single = RedisLimiter("25/hour", url=url, name=_name(), timeout=5.0, failure_policy="closed")
+
+    async def main() -> tuple[list[sluicegate.Decision], list[sluicegate.Decision], list[sluicegate.Decision]]:
+        a = await asyncio.gather(*(keyed.check_async("hot") for _ in range(1000)))
+        b = await asyncio.gather(*(single.check_async() for _ in range(1000)))
+        peeks = await asyncio.gather(*(keyed.peek_async("hot") for _ in range(200)))
+        return list(a), list(b), list(peeks)
+
+    a, b, peeks = asyncio.run(main())
+    assert sum(1 for d in a if d) == 37 and all(d.limit == 37 for d in a)
+    assert sum(1 for d in b if d) == 25
+    assert not any(peeks) and all(p.remaining == 0 for p in peeks)
+    # The sync view agrees: nothing left.
+    assert not keyed.peek("hot") and not single.peek()
+
+
+def test_async_decisions_match_the_sync_ones(url: str) -> None:
+    for algorithm in ("token_bucket", "leaky_bucket", "fixed_window", "sliding_window"):
+        kw: dict[str, Any] = dict(url=url, algorithm=algorithm, timeout=2.0, failure_policy="closed")
+        sync_keyed, async_keyed = RedisKeyedLimiter("5/hour", name=_name(), **kw), RedisKeyedLimiter("5/hour", name=_name(), **kw)
+        sync_one, async_one = RedisLimiter("4/hour", name=_name(), **kw), RedisLimiter("4/hour", name=_name(), **kw)
+        steps = [(True, 1), (False, 2), (True, 2), (False, 0), (True, 0), (True, 3), (True, 1), (False, 1), (True, 1)]
+
+        async def main(
+            keyed: RedisKeyedLimiter = async_keyed, one: RedisLimiter = async_one
+        ) -> list[sluicegate.Decision]:
+            out = []
+            for key in ("a", b"b", 7):
+                for consume, n in steps:
+                    out.append(await (keyed.check_async(key, n) if consume else keyed.peek_async(key, n)))
+            for consume, n in steps:
+                out.append(await (one.check_async(n) if consume else one.peek_async(n)))
+            return out
+
+        got = asyncio.run(main())
+        want = [
+            (sync_keyed.check(key, n) if consume else sync_keyed.peek(key, n))
+            for key in ("a", b"b", 7)
+            for consume, n in steps
+        ] + [(sync_one.check(n) if consume else sync_one.peek(n)) for consume, n in steps]
+        assert len(got) == len(want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert (bool(g), g.remaining, g.limit) == (bool(w), w.remaining, w.limit), (algorithm, i)
+            # The same quota a moment apart: the hints agree to the time between them.
+            assert abs(g.retry_after - w.retry_after) < 5.0 and abs(g.reset_after - w.reset_after) < 5.0, (algorithm, i)
+
+
+def _raised(call: Any) -> BaseException:
+    try:
+        call()
+    except BaseException as e:  # noqa: BLE001 - the point is which type
+        return e
+    raise AssertionError("did not raise")
+
+
+def test_async_argument_errors_are_the_sync_ones_and_eager(url: str) -> None:
+    keyed = RedisKeyedLimiter("5/hour", url=url, name=_name(), timeout=2.0)
+    one = RedisLimiter("5/hour", url=url, name=_name(), timeout=2.0)
+    # Raised by the call itself, before any coroutine exists (so none is left
+    # un-awaited), with the sync call's type and message.
+    for args in (("k", -1), (object(), 1), ("k", 2**63), ("k", 1.5)):
+        for sync, aio in ((keyed.check, keyed.check_async), (keyed.peek, keyed.peek_async)):
+            s, a = _raised(lambda: sync(*args)), _raised(lambda: aio(*args))
+            assert type(s) is type(a) and str(s) == str(a), args
+    for n in (-1, 2**63, 1.5):
+        for sync1, aio1 in ((one.check, one.check_async), (one.peek, one.peek_async)):
+            s, a = _raised(lambda: sync1(n)), _raised(lambda: aio1(n))
+            assert type(s) is type(a) and str(s) == str(a), n
+    assert isinstance(_raised(lambda: keyed.check_async("k", -1)), ValueError)
+    assert isinstance(_raised(lambda: keyed.check_async(object())), TypeError)
+
+    # A cost above the burst: CapacityError, from the await, exactly as the sync call.
+    async def capacity() -> list[BaseException]:
+        out: list[BaseException] = []
+        for coroutine in (keyed.check_async("k", 6), keyed.peek_async("k", 6), one.check_async(6), one.peek_async(6)):
+            try:
+                await coroutine
+            except CapacityError as e:
+                out.append(e)
+        return out
+
+    got = asyncio.run(capacity())
+    want = [_raised(lambda: keyed.check("k", 6)), _raised(lambda: keyed.peek("k", 6))]
+    want += [_raised(lambda: one.check(6)), _raised(lambda: one.peek(6))]
+    assert len(got) == 4
+    for g, w in zip(got, want):
+        assert isinstance(g, CapacityError) and isinstance(w, CapacityError)
+        assert (type(g), str(g), g.requested, g.capacity) == (type(w), str(w), w.requested, w.capacity) == (
+            CapacityError,
+            str(w),
+            6,
+            5,
+        )
+    # Nothing was charged by any of that.
+    assert keyed.peek("k", 0).remaining == 5 and one.peek(0).remaining == 5
+    # A coroutine made outside a running loop is fine (asyncio.run of it): the call
+    # starts when it is awaited.
+    assert asyncio.run(one.check_async()).remaining == 4
+
+
+def test_cancelling_async_checks_in_flight(url: str) -> None:
+    gc.collect()  # earlier tests' limiters (and so runtime threads) gone first
+    before = _runtime_threads()
+    rl = RedisKeyedLimiter("1000/hour", url=url, name=_name(), timeout=5.0, failure_policy="closed")
+    problems: list[dict[str, Any]] = []
+
+    async def main() -> tuple[float, int]:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: problems.append(ctx))
+        assert await rl.check_async("k")  # connected before the pause
+        _pause(url, 500)
+        try:
+            tasks = [asyncio.create_task(rl.check_async("k")) for _ in range(200)]
+            await asyncio.sleep(0.05)
+            assert not any(t.done() for t in tasks)  # held by the pause
+            t0 = time.monotonic()
+            for t in tasks:
+                t.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            cancel_s = time.monotonic() - t0
+            assert all(isinstance(r, asyncio.CancelledError) for r in results)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(rl.check_async("k"), 0.05)
+        finally:
+            _redis(url, "CLIENT UNPAUSE")
+        # The abandoned calls were sent: they run to their end and are charged (a
+        # cancelled wait, not a cancelled call, like a cancelled asyncio.to_thread
+        # one). In order on the one connection: 1000 - 1 - 200 - 1 remain.
+        remaining = (await rl.peek_async("k", 0)).remaining
+        await asyncio.sleep(0.05)  # room for any stray completion to misbehave
+        return cancel_s, remaining
+
+    cancel_s, remaining = asyncio.run(main())
+    assert cancel_s < 0.3, cancel_s  # at once, not when the 500 ms pause ends
+    assert remaining == 798
+    assert problems == []
+    # The limiter still decides, sync and async alike.
+    assert rl.check("k").remaining == 797
+    assert asyncio.run(rl.check_async("k", 797)).remaining == 0
+    # Dropped, it takes its runtime (and thread) with it.
+    del rl
+    gc.collect()
+    _wait_threads(before)
+
+
+def test_dropping_a_limiter_with_checks_in_flight(url: str) -> None:
+    gc.collect()
+    before = _runtime_threads()
+
+    async def main() -> None:
+        rl = RedisLimiter("100/hour", url=url, name=_name(), timeout=5.0)
+        assert await rl.check_async()
+        if before is not None:
+            assert _runtime_threads() == before + 1
+        _pause(url, 400)
+        try:
+            tasks = [asyncio.create_task(rl.check_async()) for _ in range(50)]
+            await asyncio.sleep(0.05)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # The coroutines are done, so nothing holds the limiter: it goes now,
+            # its runtime with it, while its 50 calls are still held by the server.
+            del tasks, task, rl
+            gc.collect()
+            t0 = time.monotonic()
+            _wait_threads(before)
+            assert time.monotonic() - t0 < 0.3
+        finally:
+            _redis(url, "CLIENT UNPAUSE")
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+
+
+def test_async_check_in_flight_leaves_the_loop_and_the_gil_free(url: str) -> None:
+    rl = RedisLimiter("10/hour", url=url, name=_name(), timeout=5.0)
+    spins = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal spins
+        while not stop.is_set():
+            spins += 1
+
+    async def main() -> tuple[int, int, sluicegate.Decision]:
+        await rl.check_async()
+        _pause(url, 300)
+        th = threading.Thread(target=spin)
+        th.start()
+        try:
+            task = asyncio.create_task(rl.check_async())
+            ticks = 0
+            while not task.done():
+                await asyncio.sleep(0.01)
+                ticks += 1
+            spun = spins
+        finally:
+            stop.set()
+            th.join()
+            _redis(url, "CLIENT UNPAUSE")
+        return ticks, spun, task.result()
+
+    ticks, spun, d = asyncio.run(main())
+    # ~300 ms in flight: the loop kept ticking, and another Python thread ran.
+    assert ticks >= 10 and spun > 0 and d and d.remaining == 8
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
+def test_async_checks_in_a_forked_child(url: str) -> None:
+    # The parent's async checks started the thread that hands results to asyncio;
+    # a forked child has none of its parent's threads and must start its own.
+    rl = RedisLimiter("10/hour", url=url, name=_name(), timeout=2.0)
+    assert asyncio.run(rl.check_async())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:  # the child: a limiter of its own (the parent's runtime thread is gone)
+        code = 3
+        try:
+            child = RedisLimiter("10/hour", url=url, name=_name(), timeout=2.0)
+
+            async def main() -> sluicegate.Decision:
+                return await asyncio.wait_for(child.check_async(), 5)
+
+            code = 0 if asyncio.run(main()).remaining == 9 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_failure_policies_answer_at_once_when_redis_is_down() -> None:

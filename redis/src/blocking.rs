@@ -68,6 +68,25 @@ impl RedisLimiter {
         &self.inner
     }
 
+    /// The private runtime this limiter's calls run on. Futures of [`Self::as_async`]
+    /// spawned here share the runtime with the blocking calls: the connection's
+    /// driver task (spawned where the connection is made), the timers, the
+    /// coalescing tasks. The handle does not keep the runtime alive: this limiter
+    /// and its clones do.
+    ///
+    /// ```
+    /// # use sluicegate::Quota;
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let a = rl.as_async().clone();
+    /// let task = rl.handle().spawn(async move { a.redis_key("k") });
+    /// assert_eq!(rl.handle().block_on(task).unwrap(), "sluicegate:x:{k}");
+    /// ```
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.rt.handle()
+    }
+
     /// See [`crate::RedisLimiter::limit`].
     ///
     /// ```

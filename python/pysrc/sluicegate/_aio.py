@@ -1,12 +1,13 @@
 """The asyncio side of ``acquire_async``: the Rust methods hand their waiting to
-these coroutines, which sleep with ``asyncio.sleep`` and so never block the loop."""
+these coroutines, which sleep with ``asyncio.sleep`` and so never block the loop;
+and the coroutine of the Redis limiters' ``check_async`` / ``peek_async``."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from ._errors import AcquireTimeout
 
@@ -72,7 +73,15 @@ async def reserve(shaper: Shaper, n: int, timeout: float | None) -> Decision:
         await asyncio.sleep(_pause(reservation.decision, deadline))
 
 
-async def in_thread(f: Callable[..., _T], *args: Any) -> _T:
-    """A blocking call (a Redis round trip, GIL released) on a worker thread, so the
-    event loop goes on meanwhile."""
-    return await asyncio.to_thread(f, *args)
+async def native(start: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    """A Redis limiter's ``check_async`` / ``peek_async``: ``start`` (the limiter's
+    bound ``_start``) spawns the check on the limiter's Tokio runtime and returns an
+    asyncio future that Rust completes; no thread waits for the round trip, and the
+    event loop goes on meanwhile. This frame keeps the limiter (and so its runtime)
+    alive while the check is in flight, and lets go of it however the await ends:
+    an exception's traceback (a CancelledError kept by the future, which Rust may
+    still hold for a moment) must not keep the limiter."""
+    try:
+        return await start(*args)
+    finally:
+        del start, args
