@@ -12,7 +12,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 use sluicegate::Quota;
-use sluicegate_redis::{blocking, Algorithm, Backend, Config, FailurePolicy, Limit, Source};
+use sluicegate_redis::{
+    blocking, Algorithm, Backend, ClientCert, Config, FailurePolicy, Limit, Source, TlsConfig,
+};
 
 use crate::decision::PyDecision;
 use crate::limiters::cost;
@@ -54,6 +56,7 @@ fn build(
     period: Option<&Bound<'_, PyAny>>,
     burst: Option<u64>,
     url: &str,
+    tls: Tls,
     name: &str,
     algorithm: &str,
     prefix: &str,
@@ -116,9 +119,51 @@ fn build(
         ..Config::default()
     };
     let limit = Limit::new(alg, q).map_err(error)?;
-    let backend = Backend::from_url(url).map_err(error)?;
+    let mut backend = Backend::from_url(url).map_err(error)?;
+    if let Some(tls) = tls.config()? {
+        backend = backend.with_tls(tls).map_err(error)?;
+    }
     let rl = blocking::RedisLimiter::new(backend, name, limit, cfg).map_err(error)?;
     Ok((rl, q))
+}
+
+/// The `ssl_*` arguments: PEM file paths, as redis-py names them.
+struct Tls {
+    ca: Option<std::path::PathBuf>,
+    cert: Option<std::path::PathBuf>,
+    key: Option<std::path::PathBuf>,
+}
+
+impl Tls {
+    /// `None` without any; the files read now (an unreadable one is an `OSError`
+    /// naming it, from the constructor, not from the first check).
+    fn config(self) -> PyResult<Option<TlsConfig>> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| {
+                pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", p.display()))
+            })
+        };
+        let client = match (self.cert, self.key) {
+            (Some(c), Some(k)) => Some(ClientCert {
+                cert_pem: read(&c)?,
+                key_pem: read(&k)?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "ssl_certfile and ssl_keyfile go together (a client certificate and its key)",
+                ))
+            }
+        };
+        let root_ca_pem = self.ca.as_deref().map(read).transpose()?;
+        if root_ca_pem.is_none() && client.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(TlsConfig {
+            root_ca_pem,
+            client,
+        }))
+    }
 }
 
 fn secs(s: f64, what: &str) -> PyResult<Duration> {
@@ -206,7 +251,7 @@ pub struct PyRedisKeyedLimiter {
 #[pymethods]
 impl PyRedisKeyedLimiter {
     #[new]
-    #[pyo3(signature = (limit = None, *, url, name, algorithm = "token_bucket", prefix = "sluicegate:", timeout = 0.025, failure_policy = "local", local_share = 10, max_delay = None, amount = None, period = None, burst = None))]
+    #[pyo3(signature = (limit = None, *, url, name, algorithm = "token_bucket", prefix = "sluicegate:", timeout = 0.025, failure_policy = "local", local_share = 10, max_delay = None, amount = None, period = None, burst = None, ssl_ca_certs = None, ssl_certfile = None, ssl_keyfile = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         limit: Option<&Bound<'_, PyAny>>,
@@ -221,13 +266,22 @@ impl PyRedisKeyedLimiter {
         amount: Option<u64>,
         period: Option<&Bound<'_, PyAny>>,
         burst: Option<u64>,
+        ssl_ca_certs: Option<std::path::PathBuf>,
+        ssl_certfile: Option<std::path::PathBuf>,
+        ssl_keyfile: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
+        let tls = Tls {
+            ca: ssl_ca_certs,
+            cert: ssl_certfile,
+            key: ssl_keyfile,
+        };
         let (inner, quota) = build(
             limit,
             amount,
             period,
             burst,
             url,
+            tls,
             name,
             algorithm,
             prefix,
@@ -340,7 +394,7 @@ const ONE: &str = "global";
 #[pymethods]
 impl PyRedisLimiter {
     #[new]
-    #[pyo3(signature = (limit = None, *, url, name, algorithm = "token_bucket", prefix = "sluicegate:", timeout = 0.025, failure_policy = "local", local_share = 10, max_delay = None, amount = None, period = None, burst = None))]
+    #[pyo3(signature = (limit = None, *, url, name, algorithm = "token_bucket", prefix = "sluicegate:", timeout = 0.025, failure_policy = "local", local_share = 10, max_delay = None, amount = None, period = None, burst = None, ssl_ca_certs = None, ssl_certfile = None, ssl_keyfile = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         limit: Option<&Bound<'_, PyAny>>,
@@ -355,13 +409,22 @@ impl PyRedisLimiter {
         amount: Option<u64>,
         period: Option<&Bound<'_, PyAny>>,
         burst: Option<u64>,
+        ssl_ca_certs: Option<std::path::PathBuf>,
+        ssl_certfile: Option<std::path::PathBuf>,
+        ssl_keyfile: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
+        let tls = Tls {
+            ca: ssl_ca_certs,
+            cert: ssl_certfile,
+            key: ssl_keyfile,
+        };
         let (inner, quota) = build(
             limit,
             amount,
             period,
             burst,
             url,
+            tls,
             name,
             algorithm,
             prefix,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import pathlib
 import shutil
 import socket
 import subprocess
@@ -486,3 +487,87 @@ def test_wsgi_middleware_with_redis_tables(url: str) -> None:
 
 def test_exported() -> None:
     assert "RedisLimiter" in sluicegate.__all__ and "RedisKeyedLimiter" in sluicegate.__all__
+
+
+def _make_certs(d: str) -> None:
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=py test CA",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    with open(os.path.join(d, "server.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    with open(os.path.join(d, "client.cnf"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    for who in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=py test {who}",
+            "-keyout", f"{who}.key", "-out", f"{who}.csr")
+        run("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", "1", "-extfile", f"{who}.cnf", "-out", f"{who}.crt")
+
+
+@pytest.fixture(scope="module")
+def mtls() -> Iterator[tuple[str, str]]:
+    """A TLS-only redis-server of this module's own that requires client
+    certificates: its ``rediss://`` URL and the certificates' directory."""
+    server, openssl = shutil.which("redis-server"), shutil.which("openssl")
+    if server is None or openssl is None:
+        pytest.skip("redis-server and openssl are needed (scripts/test-redis installs redis-server)")
+    with tempfile.TemporaryDirectory() as d:
+        _make_certs(d)
+        port = _free_port()
+        proc = subprocess.Popen(
+            [server, "--bind", "127.0.0.1", "--port", "0", "--tls-port", str(port), "--save", "",
+             "--appendonly", "no", "--dir", d, "--tls-cert-file", f"{d}/server.crt",
+             "--tls-key-file", f"{d}/server.key", "--tls-ca-cert-file", f"{d}/ca.crt",
+             "--tls-auth-clients", "yes"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the TLS redis-server did not start"
+                    time.sleep(0.02)
+            yield f"rediss://127.0.0.1:{port}", d
+        finally:
+            proc.terminate()
+            proc.wait(timeout=5)
+
+
+def test_tls_with_a_private_ca_and_a_client_certificate(mtls: tuple[str, str]) -> None:
+    tls_url, d = mtls
+    ssl = {"ssl_ca_certs": f"{d}/ca.crt", "ssl_certfile": f"{d}/client.crt", "ssl_keyfile": f"{d}/client.key"}
+    rl = RedisKeyedLimiter("2/minute", url=tls_url, name=_name(), timeout=2.0, failure_policy="closed", **ssl)
+    assert [rl.check_with_source("k")[1] for _ in range(2)] == ["redis", "redis"]
+    denied, source = rl.check_with_source("k")
+    assert not denied and source == "redis"
+    one = RedisLimiter("1/minute", url=tls_url, name=_name(), timeout=2.0, failure_policy="closed",
+                       ssl_ca_certs=pathlib.Path(d, "ca.crt"), ssl_certfile=pathlib.Path(d, "client.crt"),
+                       ssl_keyfile=pathlib.Path(d, "client.key"))
+    assert asyncio.run(one.check_async()) and not one.check()
+
+    # Without the client certificate the server ends the handshake: the policy answers.
+    no_cert = RedisKeyedLimiter("2/minute", url=tls_url, name=_name(), timeout=0.5, failure_policy="closed",
+                                ssl_ca_certs=f"{d}/ca.crt")
+    assert no_cert.check_with_source("k")[1] == "fail_closed"
+    # Without the private CA the server is not trusted.
+    untrusted = RedisKeyedLimiter("2/minute", url=tls_url, name=_name(), timeout=0.5, failure_policy="closed",
+                                  ssl_certfile=f"{d}/client.crt", ssl_keyfile=f"{d}/client.key")
+    assert untrusted.check_with_source("k")[1] == "fail_closed"
+
+
+def test_tls_argument_errors(mtls: tuple[str, str]) -> None:
+    tls_url, d = mtls
+    with pytest.raises(ValueError, match="go together"):
+        RedisKeyedLimiter("1/s", url=tls_url, name="x", ssl_certfile=f"{d}/client.crt")
+    with pytest.raises(OSError, match="nope.pem"):
+        RedisKeyedLimiter("1/s", url=tls_url, name="x", ssl_ca_certs=f"{d}/nope.pem")
+    with pytest.raises(ValueError, match="rediss://"):
+        RedisLimiter("1/s", url="redis://127.0.0.1:1", name="x", ssl_ca_certs=f"{d}/ca.crt")

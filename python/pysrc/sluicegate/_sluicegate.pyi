@@ -2,6 +2,7 @@
 # package by `python -m mypy.stubtest sluicegate` (scripts/test-python).
 from collections.abc import Coroutine, Sequence
 from datetime import timedelta
+from os import PathLike
 from typing import Any, Literal, final
 
 __all__ = [
@@ -275,6 +276,9 @@ class RedisKeyedLimiter:
         amount: int | None = None,
         period: _Period | None = None,
         burst: int | None = None,
+        ssl_ca_certs: str | PathLike[str] | None = None,
+        ssl_certfile: str | PathLike[str] | None = None,
+        ssl_keyfile: str | PathLike[str] | None = None,
     ) -> RedisKeyedLimiter: ...
     def check(self, key: _Key, n: int = 1) -> Decision: ...
     def peek(self, key: _Key, n: int = 1) -> Decision: ...
@@ -305,6 +309,9 @@ class RedisLimiter:
         amount: int | None = None,
         period: _Period | None = None,
         burst: int | None = None,
+        ssl_ca_certs: str | PathLike[str] | None = None,
+        ssl_certfile: str | PathLike[str] | None = None,
+        ssl_keyfile: str | PathLike[str] | None = None,
     ) -> RedisLimiter: ...
     def check(self, n: int = 1) -> Decision: ...
     def peek(self, n: int = 1) -> Decision: ...
