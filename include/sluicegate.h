@@ -10,7 +10,11 @@
  *  - handles are opaque, created by *_new and released by *_free (NULL-safe);
  *    every other call may run on any thread at once;
  *  - enums are passed as uint32_t and checked;
- *  - sluicegate_config.struct_size must be set to sizeof(sluicegate_config).
+ *  - sluicegate_config.struct_size must be set to sizeof(sluicegate_config);
+ *  - local handles never block or allocate on a check; the sluicegate_redis
+ *    handle (the library's default `redis` feature) blocks for a bounded network
+ *    round trip. Its declarations are unconditional: against a library built
+ *    without the feature, a program that calls them fails to link.
  */
 
 #ifndef SLUICEGATE_H
@@ -32,6 +36,37 @@
  * per hour, per day). All of them use the same algorithm.
  */
 #define SLUICEGATE_MAX_LIMITS 4
+
+/**
+ * `timeout_ns` when 0: the longest one call to Redis may take (25 ms).
+ */
+#define SLUICEGATE_REDIS_DEFAULT_TIMEOUT_NS 25000000
+
+/**
+ * `connect_timeout_ns` when 0: the longest (re)connecting may take (50 ms).
+ */
+#define SLUICEGATE_REDIS_DEFAULT_CONNECT_TIMEOUT_NS 50000000
+
+/**
+ * `breaker_failure_threshold` when 0: consecutive failures that open the
+ * circuit (3).
+ */
+#define SLUICEGATE_REDIS_DEFAULT_FAILURE_THRESHOLD 3
+
+/**
+ * `breaker_cooldown_ns` when 0: how long an open circuit stays open (500 ms).
+ */
+#define SLUICEGATE_REDIS_DEFAULT_COOLDOWN_NS 500000000
+
+/**
+ * `local_share_percent` when 0 under `SLUICEGATE_FAIL_LOCAL` (10%).
+ */
+#define SLUICEGATE_REDIS_DEFAULT_LOCAL_SHARE_PERCENT 10
+
+/**
+ * `fallback_keys` when 0 under `SLUICEGATE_FAIL_LOCAL` (10000 keys).
+ */
+#define SLUICEGATE_REDIS_DEFAULT_FALLBACK_KEYS 10000
 
 /**
  * The stripe count used when `sluicegate_striped_new` is given 0.
@@ -86,6 +121,38 @@ typedef uint32_t sluicegate_algorithm;
 #endif // __cplusplus
 
 /**
+ * What a check answers while Redis is unavailable (an error, a timeout, or an
+ * open circuit breaker). Passed as a `uint32_t`
+ * (`sluicegate_redis_config.failure_policy`) and checked: any other value is
+ * `SLUICEGATE_ERR_BAD_FAILURE_POLICY`.
+ */
+enum sluicegate_failure_policy
+#ifdef __cplusplus
+  : uint32_t
+#endif // __cplusplus
+ {
+    /**
+     * A local limiter per key (a bounded keyed table of `fallback_keys` keys, the
+     * same algorithm) holding `local_share_percent`% of the quota, rate and
+     * burst: with N processes at 100/N% the fleet admits about the global quota.
+     * The default (0).
+     */
+    SLUICEGATE_FAIL_LOCAL = 0,
+    /**
+     * Admit everything (availability over the limit); `remaining` reads 0.
+     */
+    SLUICEGATE_FAIL_OPEN = 1,
+    /**
+     * Deny everything (the limit over availability); `retry_after_ns` is the
+     * breaker's cooldown.
+     */
+    SLUICEGATE_FAIL_CLOSED = 2,
+};
+#ifndef __cplusplus
+typedef uint32_t sluicegate_failure_policy;
+#endif // __cplusplus
+
+/**
  * What a full table does with a new key, passed as a `uint32_t` and checked
  * (`SLUICEGATE_ERR_BAD_POLICY`). A table is full for a key when all 16 slots the
  * key may live in hold live state; slots whose state is back to fresh are
@@ -111,6 +178,47 @@ enum sluicegate_full_policy
 };
 #ifndef __cplusplus
 typedef uint32_t sluicegate_full_policy;
+#endif // __cplusplus
+
+/**
+ * Who decided a Redis check, written as a `uint32_t` to the `source` argument
+ * of `sluicegate_redis_check` and `sluicegate_redis_peek`. New values may be
+ * added; treat an unknown one like a failure policy's answer.
+ */
+enum sluicegate_source
+#ifdef __cplusplus
+  : uint32_t
+#endif // __cplusplus
+ {
+    /**
+     * The limit's script on Redis: the shared, authoritative decision.
+     */
+    SLUICEGATE_SOURCE_REDIS = 0,
+    /**
+     * Redis unavailable, `SLUICEGATE_FAIL_OPEN`: admitted.
+     */
+    SLUICEGATE_SOURCE_FAIL_OPEN = 1,
+    /**
+     * Redis unavailable, `SLUICEGATE_FAIL_CLOSED`: denied.
+     */
+    SLUICEGATE_SOURCE_FAIL_CLOSED = 2,
+    /**
+     * Redis unavailable, `SLUICEGATE_FAIL_LOCAL`: this process's share decided.
+     */
+    SLUICEGATE_SOURCE_LOCAL_FALLBACK = 3,
+    /**
+     * Reserved for the hybrid mode (units spent from a local lease of Redis
+     * units); a `sluicegate_redis` never reports it.
+     */
+    SLUICEGATE_SOURCE_LEASE = 4,
+    /**
+     * Reserved for the hybrid mode (denied locally after a Redis denial); a
+     * `sluicegate_redis` never reports it.
+     */
+    SLUICEGATE_SOURCE_LOCAL_DENIAL = 5,
+};
+#ifndef __cplusplus
+typedef uint32_t sluicegate_source;
 #endif // __cplusplus
 
 /**
@@ -169,14 +277,26 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_BUFFER_TOO_SMALL = 108,
     /**
-     * The algorithm is not available for this kind of handle or operation
-     * (e.g. a keyed sliding log, a compound shaper, `reset` of a compound).
+     * The algorithm or feature is not available for this kind of handle,
+     * operation or build (e.g. a keyed sliding log, a compound shaper, `reset` of
+     * a compound, a sliding log on Redis, a `rediss://` URL in a library built
+     * without the `redis-tls` feature).
      */
     SLUICEGATE_ERR_UNSUPPORTED = 109,
     /**
      * The stripe count is not 1, 2, 4, 8 or 16.
      */
     SLUICEGATE_ERR_BAD_STRIPES = 110,
+    /**
+     * A string argument is not valid UTF-8: a Redis limiter's key, or the URL,
+     * name or prefix given to `sluicegate_redis_new` (Redis keys are text, shared
+     * with the Rust and Python clients of the same limit).
+     */
+    SLUICEGATE_ERR_NOT_UTF8 = 111,
+    /**
+     * `failure_policy` is not a `sluicegate_failure_policy` value.
+     */
+    SLUICEGATE_ERR_BAD_FAILURE_POLICY = 112,
     /**
      * A field that must be positive is zero (amount, period, capacity, ...).
      */
@@ -204,6 +324,21 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_PARSE = 205,
     /**
+     * The Redis URL is malformed: not `redis://host[:port][/db]`,
+     * `rediss://…`, `unix:///path` or `redis+cluster://host:port[,host:port…]`,
+     * or a part of it (host, port, database) does not parse. Only the form is
+     * checked: an unreachable server is not an error (the failure policy answers).
+     */
+    SLUICEGATE_ERR_BAD_URL = 206,
+    /**
+     * The limit is valid for a local limiter but not on Redis, whose scripts
+     * compute in whole microseconds below 2^52: a window that is not a whole
+     * number of microseconds, burst × emission interval (+ max delay) or
+     * (limit + 1) × window past 2^52 µs, or a local fallback share of the quota
+     * that is no valid limit.
+     */
+    SLUICEGATE_ERR_CONFIG_RESOLUTION = 207,
+    /**
      * The cost `n` exceeds the limiter's capacity: it can never be admitted (not
      * a denial; the decision is filled with `allowed = false`).
      */
@@ -216,6 +351,11 @@ enum sluicegate_status
      * A bug: a panic was caught at the ABI boundary. Please report it.
      */
     SLUICEGATE_ERR_PANIC = 901,
+    /**
+     * The Redis client failed in a way no failure policy answers for (not an
+     * unavailable server: that is the policy's to answer, with `SLUICEGATE_OK`).
+     */
+    SLUICEGATE_ERR_SYSTEM = 902,
 };
 #ifndef __cplusplus
 typedef uint32_t sluicegate_status;
@@ -237,6 +377,15 @@ typedef struct sluicegate_keyed sluicegate_keyed;
  * released by `sluicegate_limiter_free`.
  */
 typedef struct sluicegate_limiter sluicegate_limiter;
+
+/**
+ * An opaque Redis-backed limiter: one limit (`name`) applied per key, its state
+ * in Redis, shared by every client of the same server, prefix and name.
+ * Thread-safe; its calls **block** for a bounded network round trip (see
+ * `sluicegate_redis_check`). Created by `sluicegate_redis_new`, owned by the
+ * caller, released by `sluicegate_redis_free`.
+ */
+typedef struct sluicegate_redis sluicegate_redis;
 
 /**
  * An opaque striped token bucket: the quota is split over 1, 2, 4, 8 or 16
@@ -374,6 +523,70 @@ typedef struct sluicegate_keyed_stats {
      */
     uint64_t unlimited;
 } sluicegate_keyed_stats;
+
+/**
+ * How a `sluicegate_redis` talks to Redis and what it answers without it. Pass
+ * NULL for every default, or zero the struct, set `struct_size =
+ * sizeof(sluicegate_redis_config)`, and set what you need; **0 means the
+ * default** in every field (the `SLUICEGATE_REDIS_DEFAULT_*` values):
+ *
+ * ```c
+ * sluicegate_redis_config rc = { .struct_size = sizeof rc,
+ *                                .failure_policy = SLUICEGATE_FAIL_CLOSED,
+ *                                .timeout_ns = 10000000 };  // 10 ms
+ * ```
+ *
+ * Versioned like `sluicegate_config` (see the crate docs).
+ */
+typedef struct sluicegate_redis_config {
+    /**
+     * `sizeof(sluicegate_redis_config)` as the caller was compiled.
+     */
+    uint32_t struct_size;
+    /**
+     * A `sluicegate_failure_policy` value (0: `SLUICEGATE_FAIL_LOCAL`).
+     */
+    uint32_t failure_policy;
+    /**
+     * A NUL-terminated UTF-8 string put before every Redis key; NULL:
+     * `"sluicegate:"` (an empty string is a valid prefix: none). It must not
+     * contain `{` (the key's hash tag follows it): `SLUICEGATE_ERR_CONFIG_INVALID`.
+     * Read during `sluicegate_redis_new` only.
+     */
+    const char *prefix;
+    /**
+     * The longest one call to Redis may take, in ns; past it the call counts as
+     * failed, is never replayed, and the failure policy answers. 0: 25 ms.
+     */
+    uint64_t timeout_ns;
+    /**
+     * The longest (re)connecting may take, in ns. 0: 50 ms.
+     */
+    uint64_t connect_timeout_ns;
+    /**
+     * `SLUICEGATE_FAIL_LOCAL` only: this process's share of the quota in percent,
+     * 1 to 100 (more is `SLUICEGATE_ERR_CONFIG_TOO_LARGE`); 0: 10. Must be 0
+     * under the other policies (`SLUICEGATE_ERR_CONFIG_INVALID`).
+     */
+    uint32_t local_share_percent;
+    /**
+     * Consecutive failed calls that open the circuit breaker (Redis then is not
+     * asked for `breaker_cooldown_ns`). 0: 3. `UINT32_MAX`: it never opens.
+     */
+    uint32_t breaker_failure_threshold;
+    /**
+     * How long an open circuit stays open before one probe call is let through,
+     * in ns; also `retry_after_ns` of a `SLUICEGATE_FAIL_CLOSED` denial. 0: 500 ms.
+     */
+    uint64_t breaker_cooldown_ns;
+    /**
+     * `SLUICEGATE_FAIL_LOCAL` only: keys the local fallback table holds (16 bytes
+     * each, allocated by `sluicegate_redis_new`; at least 16, at most
+     * `SLUICEGATE_KEYED_MAX_CAPACITY`); 0: 10000. Must be 0 under the other
+     * policies (`SLUICEGATE_ERR_CONFIG_INVALID`).
+     */
+    uint64_t fallback_keys;
+} sluicegate_redis_config;
 
 #ifdef __cplusplus
 extern "C" {
@@ -750,6 +963,109 @@ sluicegate_status sluicegate_limiter_set_config(const struct sluicegate_limiter 
  * `limiter` is a live handle.
  */
 sluicegate_status sluicegate_limiter_reset(const struct sluicegate_limiter *limiter);
+
+/**
+ * Creates a Redis-backed limiter and stores the new handle in `*out`.
+ *
+ * * `url`: `redis://[user:pass@]host[:port][/db]`, `unix:///path/to/socket`,
+ *   `redis+cluster://host:port[,host:port…]` (seed nodes of a Redis Cluster),
+ *   or with the `redis-tls` build feature `rediss://…` / `rediss+cluster://…`
+ *   (`SLUICEGATE_ERR_UNSUPPORTED` without it). Malformed:
+ *   `SLUICEGATE_ERR_BAD_URL`. The server is not contacted here: it connects on
+ *   the first check, so an unreachable server is no error (the failure policy
+ *   answers the checks until it is back).
+ * * `name`: the limit's name, part of every Redis key (`{prefix}{name}:{key}`);
+ *   every client (C, Rust, Python) of the same server, prefix and name shares
+ *   one state per key. UTF-8, without `{` (`SLUICEGATE_ERR_CONFIG_INVALID`).
+ * * `limit`: a `sluicegate_config` as for `sluicegate_limiter_new`: any
+ *   algorithm but `SLUICEGATE_SLIDING_LOG` (Redis has no sliding log:
+ *   `SLUICEGATE_ERR_UNSUPPORTED`). Times on Redis are whole microseconds (its
+ *   `TIME`): a bucket's emission interval is rounded up to one, a shaper's max
+ *   delay down, a window must be a whole number of them
+ *   (`SLUICEGATE_ERR_CONFIG_RESOLUTION`, also for values past 2^52 µs).
+ * * `cfg`: timeouts, circuit breaker and failure policy; NULL for the defaults.
+ *
+ * Allocates the handle, its I/O thread and, under `SLUICEGATE_FAIL_LOCAL`, the
+ * local fallback table. On error `*out` is left unchanged.
+ *
+ * # Safety
+ * `url` and `name` are NUL-terminated strings; `limit` a config with
+ * `struct_size` set; `cfg` NULL or a `sluicegate_redis_config` with
+ * `struct_size` set whose `prefix` is NULL or a NUL-terminated string; `out` is
+ * valid for a write.
+ */
+sluicegate_status sluicegate_redis_new(const char *url,
+                                       const char *name,
+                                       const struct sluicegate_config *limit,
+                                       const struct sluicegate_redis_config *cfg,
+                                       struct sluicegate_redis **out);
+
+/**
+ * Releases a Redis limiter: closes its connection and stops and joins its I/O
+ * thread. NULL does nothing. The state in Redis stays (each key expires on its
+ * own once it would decide like an absent one).
+ *
+ * # Safety
+ * `redis` is NULL or a handle from `sluicegate_redis_new` that has not been
+ * freed, and no other thread is using it.
+ */
+void sluicegate_redis_free(struct sluicegate_redis *redis);
+
+/**
+ * Checks and, if admitted, charges `n` units for the key (`key_len` bytes at
+ * `key`, valid UTF-8, not NUL-terminated) on Redis, all-or-nothing; `n = 0` is
+ * a peek. Writes the decision to `*out` — the same fields as a local check,
+ * `delay_ns` the shaper's wait — and, when `source` is not NULL, who decided
+ * (a `sluicegate_source` value) to `*source`.
+ *
+ * **Blocks** for one round trip to Redis: at most `timeout_ns`, plus
+ * `connect_timeout_ns` when it must (re)connect. Time is Redis' `TIME`, so there
+ * is no `_at` form. Redis unavailable (an error, a timeout, the breaker open)
+ * is not an error: the failure policy decides, the call returns `SLUICEGATE_OK`
+ * and `*source` is not `SLUICEGATE_SOURCE_REDIS`. A timed-out call is never
+ * replayed (it may have been charged on the server).
+ *
+ * Errors: `SLUICEGATE_ERR_NULL` (`redis`, `key` or `out`),
+ * `SLUICEGATE_ERR_EMPTY_KEY`, `SLUICEGATE_ERR_NOT_UTF8`, and
+ * `SLUICEGATE_ERR_INSUFFICIENT_CAPACITY` for an `n` above the limit's capacity
+ * (never sent; a denial whose `limit` is the capacity is written to `*out`).
+ * `*source` is written only with `SLUICEGATE_OK`.
+ *
+ * # Safety
+ * `redis` is a live handle; `key` points to `key_len` readable bytes; `out` is
+ * valid for a write; `source` is NULL or valid for a write.
+ */
+sluicegate_status sluicegate_redis_check(const struct sluicegate_redis *redis,
+                                         const uint8_t *key,
+                                         size_t key_len,
+                                         uint64_t n,
+                                         struct sluicegate_decision *out,
+                                         uint32_t *source);
+
+/**
+ * What `sluicegate_redis_check` would answer now for `n` units, charging
+ * nothing (the script writes nothing). Blocks as a check does; Redis
+ * unavailable, the failure policy answers (a local fallback peeks its table).
+ *
+ * # Safety
+ * As `sluicegate_redis_check`.
+ */
+sluicegate_status sluicegate_redis_peek(const struct sluicegate_redis *redis,
+                                        const uint8_t *key,
+                                        size_t key_len,
+                                        uint64_t n,
+                                        struct sluicegate_decision *out,
+                                        uint32_t *source);
+
+/**
+ * Writes to `*open` whether a circuit breaker is open now — the server's, or on
+ * a cluster any master's — so checks of (some) keys are answered by the failure
+ * policy without asking Redis. For health checks and metrics; never blocks.
+ *
+ * # Safety
+ * `redis` is a live handle; `open` is valid for a write.
+ */
+sluicegate_status sluicegate_redis_circuit_open(const struct sluicegate_redis *redis, bool *open);
 
 /**
  * The static, NUL-terminated English message for `status`; an unknown value

@@ -3,8 +3,11 @@
 //
 // Design:
 //  * RAII, move-only handles: sluicegate::limiter, keyed_limiter,
-//    striped_limiter own their C handle (std::unique_ptr with the matching
-//    *_free) and cannot be copied.
+//    striped_limiter and redis_limiter own their C handle (std::unique_ptr with
+//    the matching *_free) and cannot be copied.
+//  * redis_limiter's calls BLOCK for a network round trip (bounded by its
+//    timeouts); the others never block. Against a library built without the
+//    `redis` feature, only a program that uses redis_limiter fails to link.
 //  * Errors are EXCEPTIONS: every non-OK status (a bad config, a NULL key, a
 //    cost above the capacity, ...) throws sluicegate::error, which carries the
 //    sluicegate_status and its message (and, for a bad rate string, the byte
@@ -319,6 +322,139 @@ private:
         void operator()(sluicegate_striped *p) const noexcept { sluicegate_striped_free(p); }
     };
     std::unique_ptr<sluicegate_striped, deleter> h_;
+};
+
+enum class failure_policy : std::uint32_t {
+    local = SLUICEGATE_FAIL_LOCAL,
+    open = SLUICEGATE_FAIL_OPEN,
+    closed = SLUICEGATE_FAIL_CLOSED,
+};
+
+/// Who decided a Redis check.
+enum class source : std::uint32_t {
+    redis = SLUICEGATE_SOURCE_REDIS,
+    fail_open = SLUICEGATE_SOURCE_FAIL_OPEN,
+    fail_closed = SLUICEGATE_SOURCE_FAIL_CLOSED,
+    local_fallback = SLUICEGATE_SOURCE_LOCAL_FALLBACK,
+    lease = SLUICEGATE_SOURCE_LEASE,
+    local_denial = SLUICEGATE_SOURCE_LOCAL_DENIAL,
+};
+
+/// A Redis decision: a decision (true when admitted) and who made it.
+struct redis_decision : decision {
+    sluicegate::source source = sluicegate::source::redis;
+    /// Whether Redis decided (not a failure policy).
+    bool authoritative() const noexcept { return source == sluicegate::source::redis; }
+};
+
+/// How a redis_limiter talks to Redis and what it answers without it. Every
+/// setting left alone is the library default (SLUICEGATE_REDIS_DEFAULT_*).
+class redis_options {
+public:
+    redis_options() : c_{} { c_.struct_size = sizeof(sluicegate_redis_config); }
+
+    /// Put before every key (default "sluicegate:"); must not contain '{'.
+    redis_options &prefix(std::string p) { prefix_ = std::move(p); has_prefix_ = true; return *this; }
+    /// The longest one call may take (default 25 ms).
+    redis_options &timeout(nanoseconds t) noexcept { c_.timeout_ns = positive(t); return *this; }
+    /// The longest (re)connecting may take (default 50 ms).
+    redis_options &connect_timeout(nanoseconds t) noexcept { c_.connect_timeout_ns = positive(t); return *this; }
+    /// Admit everything while Redis is unavailable.
+    redis_options &fail_open() noexcept { return policy(SLUICEGATE_FAIL_OPEN, 0, 0); }
+    /// Deny everything while Redis is unavailable.
+    redis_options &fail_closed() noexcept { return policy(SLUICEGATE_FAIL_CLOSED, 0, 0); }
+    /// Decide locally at `share_percent`% of the quota (1-100; default 10) over a
+    /// table of `keys` keys (default 10000) while Redis is unavailable.
+    redis_options &fail_local(std::uint32_t share_percent = 0, std::uint64_t keys = 0) noexcept {
+        return policy(SLUICEGATE_FAIL_LOCAL, share_percent, keys);
+    }
+    /// Open the breaker after `failures` consecutive failures (default 3) for
+    /// `cooldown` (default 500 ms).
+    redis_options &breaker(std::uint32_t failures, nanoseconds cooldown) noexcept {
+        c_.breaker_failure_threshold = failures;
+        c_.breaker_cooldown_ns = positive(cooldown);
+        return *this;
+    }
+
+    /// The C struct; its `prefix` points into this object.
+    sluicegate_redis_config raw() const {
+        if (has_prefix_ && prefix_.find('\0') != std::string::npos)
+            throw error(SLUICEGATE_ERR_CONFIG_INVALID, "the prefix contains a NUL");
+        sluicegate_redis_config c = c_;
+        c.prefix = has_prefix_ ? prefix_.c_str() : nullptr;
+        return c;
+    }
+
+private:
+    // 0 means "the default" in the C struct: a zero or negative duration keeps it.
+    static std::uint64_t positive(nanoseconds t) noexcept { return detail::ticks(t); }
+    redis_options &policy(std::uint32_t p, std::uint32_t share, std::uint64_t keys) noexcept {
+        c_.failure_policy = p;
+        c_.local_share_percent = share;
+        c_.fallback_keys = keys;
+        return *this;
+    }
+    sluicegate_redis_config c_;
+    std::string prefix_;
+    bool has_prefix_ = false;
+};
+
+/// One limit shared through Redis by every process of the same server, prefix
+/// and name; keys are UTF-8 text. Thread-safe; move-only. Its calls BLOCK for a
+/// round trip (at most the timeout, plus the connect timeout to reconnect);
+/// with Redis unavailable the failure policy answers (see redis_decision::source).
+///
+///   sluicegate::redis_limiter rl("redis://127.0.0.1:6379", "api",
+///                                sluicegate::config::parse("100/minute"),
+///                                sluicegate::redis_options().fail_closed());
+///   if (auto d = rl.check(user_id); !d) reply_429(d.retry_after_seconds());
+class redis_limiter {
+public:
+    redis_limiter(const std::string &url, const std::string &name, const config &limit,
+                  const redis_options &options = redis_options()) {
+        if (url.find('\0') != std::string::npos) throw error(SLUICEGATE_ERR_BAD_URL, "the URL contains a NUL");
+        if (name.find('\0') != std::string::npos)
+            throw error(SLUICEGATE_ERR_CONFIG_INVALID, "the name contains a NUL");
+        const sluicegate_redis_config c = options.raw();
+        sluicegate_redis *h = nullptr;
+        detail::check(sluicegate_redis_new(url.c_str(), name.c_str(), &limit.raw(), &c, &h));
+        h_.reset(h);
+    }
+
+    /// Checks and (if admitted) charges `n` units for `key` (UTF-8; not empty).
+    redis_decision check(std::string_view key, std::uint64_t n = 1) const {
+        return call(sluicegate_redis_check, key, n);
+    }
+    /// What check() would answer, charging nothing.
+    redis_decision peek(std::string_view key, std::uint64_t n = 1) const {
+        return call(sluicegate_redis_peek, key, n);
+    }
+    /// Whether a circuit breaker is open (checks answered by the policy).
+    bool circuit_open() const {
+        bool open = false;
+        detail::check(sluicegate_redis_circuit_open(get(), &open));
+        return open;
+    }
+
+    const sluicegate_redis *get() const noexcept { return h_.get(); }
+
+private:
+    using fn = sluicegate_status (*)(const sluicegate_redis *, const std::uint8_t *, std::size_t,
+                                     std::uint64_t, sluicegate_decision *, std::uint32_t *);
+    redis_decision call(fn f, std::string_view key, std::uint64_t n) const {
+        sluicegate_decision d{};
+        std::uint32_t src = SLUICEGATE_SOURCE_REDIS;
+        const auto k = detail::key_bytes(key);
+        detail::check(f(get(), k, key.size(), n, &d, &src));
+        redis_decision r;
+        static_cast<decision &>(r) = decision::from(d);
+        r.source = static_cast<sluicegate::source>(src);
+        return r;
+    }
+    struct deleter {
+        void operator()(sluicegate_redis *p) const noexcept { sluicegate_redis_free(p); }
+    };
+    std::unique_ptr<sluicegate_redis, deleter> h_;
 };
 
 }  // namespace sluicegate

@@ -2,7 +2,6 @@
 
 use core::ffi::c_char;
 use core::fmt::Write as _;
-use core::mem::size_of;
 
 use sluicegate::parse::{parse_quotas, ParseError, ParseErrorKind};
 use sluicegate::Quota;
@@ -107,13 +106,8 @@ pub struct sluicegate_parse_error {
     pub message: *const c_char,
 }
 
-/// The first published layout's size: anything smaller is not a config.
-const MIN_CONFIG_SIZE: usize = size_of::<sluicegate_config>();
-/// A `struct_size` above this is garbage (e.g. an uninitialised field), refused
-/// before any byte past our layout is read.
-const MAX_CONFIG_SIZE: usize = 4096;
-
-/// Reads a caller's config honouring its `struct_size`.
+/// Reads a caller's config honouring its `struct_size` (see
+/// [`crate::handle::read_versioned`]).
 ///
 /// # Safety
 /// `p` is NULL or points to at least `4` readable bytes, and to `struct_size`
@@ -121,25 +115,8 @@ const MAX_CONFIG_SIZE: usize = 4096;
 pub(crate) unsafe fn read_config(
     p: *const sluicegate_config,
 ) -> Result<sluicegate_config, sluicegate_status> {
-    if p.is_null() {
-        return Err(SLUICEGATE_ERR_NULL);
-    }
-    // SAFETY: `struct_size` is the first field, a `u32` at offset 0 of an
-    // aligned struct; every caller's layout has it.
-    let size = unsafe { p.cast::<u32>().read() } as usize;
-    if !(MIN_CONFIG_SIZE..=MAX_CONFIG_SIZE).contains(&size) {
-        return Err(SLUICEGATE_ERR_STRUCT_SIZE);
-    }
-    let base = p.cast::<u8>();
-    for i in size_of::<sluicegate_config>()..size {
-        // SAFETY: `i < struct_size`, and the caller's struct is that long.
-        if unsafe { base.add(i).read() } != 0 {
-            return Err(SLUICEGATE_ERR_STRUCT_SIZE);
-        }
-    }
-    // SAFETY: `size >= size_of::<sluicegate_config>()` bytes are readable, the
-    // pointer is aligned, and every bit pattern is a valid value of these fields.
-    Ok(unsafe { p.read() })
+    // SAFETY: the caller's contract; a config is integers only.
+    unsafe { crate::handle::read_versioned(p) }
 }
 
 /// A validated config: the algorithm and the quota it describes.

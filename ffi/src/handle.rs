@@ -5,7 +5,7 @@
 //! by `_free`: the caller owns it in between, and every other call borrows it
 //! shared (`&T`: every handle is `Sync`, its state is atomics).
 
-use crate::status::sluicegate_status::{self, SLUICEGATE_ERR_NULL};
+use crate::status::sluicegate_status::{self, SLUICEGATE_ERR_NULL, SLUICEGATE_ERR_STRUCT_SIZE};
 
 /// Borrows `*p` shared, or `SLUICEGATE_ERR_NULL`.
 ///
@@ -72,4 +72,39 @@ pub unsafe fn bytes<'a>(p: *const u8, len: usize) -> Result<&'a [u8], sluicegate
     // SAFETY: non-NULL and valid for `len` bytes by the caller's contract; u8 has
     // no alignment requirement and every bit pattern is valid.
     Ok(unsafe { core::slice::from_raw_parts(p, len) })
+}
+
+/// A `struct_size` above this is garbage (e.g. an uninitialised field), refused
+/// before any byte past our layout is read.
+const MAX_STRUCT_SIZE: usize = 4096;
+
+/// Reads a caller's versioned input struct, whose first field is its
+/// `uint32_t struct_size`: a size below this library's layout (the first
+/// published one) or above 4096 is `SLUICEGATE_ERR_STRUCT_SIZE`, and so is a larger
+/// one (a newer caller's) whose bytes past our layout are not all zero.
+///
+/// # Safety
+/// `p` is NULL or points to at least 4 readable bytes, and to `struct_size`
+/// readable bytes when that value is in range; `T` is `#[repr(C)]`, starts with a
+/// `u32`, and every bit pattern is a valid `T` (integers and raw pointers).
+pub unsafe fn read_versioned<T: Copy>(p: *const T) -> Result<T, sluicegate_status> {
+    if p.is_null() {
+        return Err(SLUICEGATE_ERR_NULL);
+    }
+    // SAFETY: `struct_size` is the first field, a `u32` at offset 0 of an
+    // aligned struct; every caller's layout has it.
+    let size = unsafe { p.cast::<u32>().read() } as usize;
+    if !(core::mem::size_of::<T>()..=MAX_STRUCT_SIZE).contains(&size) {
+        return Err(SLUICEGATE_ERR_STRUCT_SIZE);
+    }
+    let base = p.cast::<u8>();
+    for i in core::mem::size_of::<T>()..size {
+        // SAFETY: `i < struct_size`, and the caller's struct is that long.
+        if unsafe { base.add(i).read() } != 0 {
+            return Err(SLUICEGATE_ERR_STRUCT_SIZE);
+        }
+    }
+    // SAFETY: `size >= size_of::<T>()` bytes are readable, the pointer is
+    // aligned, and every bit pattern is a valid `T` (the caller's contract).
+    Ok(unsafe { p.read() })
 }

@@ -35,11 +35,19 @@ pub enum sluicegate_status {
     SLUICEGATE_ERR_INDEX = 107,
     /// The output array is too small for every limit in the string.
     SLUICEGATE_ERR_BUFFER_TOO_SMALL = 108,
-    /// The algorithm is not available for this kind of handle or operation
-    /// (e.g. a keyed sliding log, a compound shaper, `reset` of a compound).
+    /// The algorithm or feature is not available for this kind of handle,
+    /// operation or build (e.g. a keyed sliding log, a compound shaper, `reset` of
+    /// a compound, a sliding log on Redis, a `rediss://` URL in a library built
+    /// without the `redis-tls` feature).
     SLUICEGATE_ERR_UNSUPPORTED = 109,
     /// The stripe count is not 1, 2, 4, 8 or 16.
     SLUICEGATE_ERR_BAD_STRIPES = 110,
+    /// A string argument is not valid UTF-8: a Redis limiter's key, or the URL,
+    /// name or prefix given to `sluicegate_redis_new` (Redis keys are text, shared
+    /// with the Rust and Python clients of the same limit).
+    SLUICEGATE_ERR_NOT_UTF8 = 111,
+    /// `failure_policy` is not a `sluicegate_failure_policy` value.
+    SLUICEGATE_ERR_BAD_FAILURE_POLICY = 112,
     /// A field that must be positive is zero (amount, period, capacity, ...).
     SLUICEGATE_ERR_CONFIG_ZERO = 200,
     /// A value is above what the limiter's state can represent.
@@ -54,6 +62,17 @@ pub enum sluicegate_status {
     SLUICEGATE_ERR_CONFIG_INVALID = 204,
     /// The rate string could not be parsed; `sluicegate_parse_error` says where.
     SLUICEGATE_ERR_PARSE = 205,
+    /// The Redis URL is malformed: not `redis://host[:port][/db]`,
+    /// `rediss://…`, `unix:///path` or `redis+cluster://host:port[,host:port…]`,
+    /// or a part of it (host, port, database) does not parse. Only the form is
+    /// checked: an unreachable server is not an error (the failure policy answers).
+    SLUICEGATE_ERR_BAD_URL = 206,
+    /// The limit is valid for a local limiter but not on Redis, whose scripts
+    /// compute in whole microseconds below 2^52: a window that is not a whole
+    /// number of microseconds, burst × emission interval (+ max delay) or
+    /// (limit + 1) × window past 2^52 µs, or a local fallback share of the quota
+    /// that is no valid limit.
+    SLUICEGATE_ERR_CONFIG_RESOLUTION = 207,
     /// The cost `n` exceeds the limiter's capacity: it can never be admitted (not
     /// a denial; the decision is filled with `allowed = false`).
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
@@ -61,6 +80,9 @@ pub enum sluicegate_status {
     SLUICEGATE_ERR_ALLOC = 900,
     /// A bug: a panic was caught at the ABI boundary. Please report it.
     SLUICEGATE_ERR_PANIC = 901,
+    /// The Redis client failed in a way no failure policy answers for (not an
+    /// unavailable server: that is the policy's to answer, with `SLUICEGATE_OK`).
+    SLUICEGATE_ERR_SYSTEM = 902,
 }
 
 use sluicegate_status::*;
@@ -81,24 +103,37 @@ impl sluicegate_status {
             SLUICEGATE_ERR_MIXED_ALGORITHMS => c"every limit of a compound limiter must use the same algorithm",
             SLUICEGATE_ERR_INDEX => c"the limit index is out of range",
             SLUICEGATE_ERR_BUFFER_TOO_SMALL => c"the output array is too small for every limit in the string",
-            SLUICEGATE_ERR_UNSUPPORTED => c"the algorithm is not supported by this kind of limiter or operation",
+            SLUICEGATE_ERR_UNSUPPORTED => {
+                c"the algorithm or feature is not supported by this kind of limiter, operation or build"
+            }
             SLUICEGATE_ERR_BAD_STRIPES => c"the stripe count must be 1, 2, 4, 8 or 16",
+            SLUICEGATE_ERR_NOT_UTF8 => c"a key, URL, name or prefix is not valid UTF-8",
+            SLUICEGATE_ERR_BAD_FAILURE_POLICY => {
+                c"failure_policy is not a sluicegate_failure_policy value"
+            }
             SLUICEGATE_ERR_CONFIG_ZERO => c"a configuration field that must be positive is zero",
             SLUICEGATE_ERR_CONFIG_TOO_LARGE => c"a configuration value is too large for this limiter",
             SLUICEGATE_ERR_CONFIG_TOO_FAST => c"the rate is faster than one unit per nanosecond",
             SLUICEGATE_ERR_CONFIG_IMMUTABLE => c"this configuration field cannot change on a live limiter",
             SLUICEGATE_ERR_CONFIG_INVALID => c"the configuration is invalid for this algorithm",
             SLUICEGATE_ERR_PARSE => c"the rate string could not be parsed",
+            SLUICEGATE_ERR_BAD_URL => {
+                c"the Redis URL is malformed: expected redis://host[:port][/db], rediss://..., unix:///path or redis+cluster://host:port[,host:port...]"
+            }
+            SLUICEGATE_ERR_CONFIG_RESOLUTION => {
+                c"the limit cannot be computed exactly on Redis (whole microseconds, below 2^52)"
+            }
             SLUICEGATE_ERR_INSUFFICIENT_CAPACITY => {
                 c"the request exceeds the limiter's capacity and can never be admitted"
             }
             SLUICEGATE_ERR_ALLOC => c"out of memory",
             SLUICEGATE_ERR_PANIC => c"internal error (a caught panic): please report it",
+            SLUICEGATE_ERR_SYSTEM => c"the Redis client failed in a way no failure policy covers",
         }
     }
 
     /// Every status (for `sluicegate_status_str` and tests).
-    pub(crate) const ALL: [sluicegate_status; 21] = [
+    pub(crate) const ALL: [sluicegate_status; 26] = [
         SLUICEGATE_OK,
         SLUICEGATE_ERR_NULL,
         SLUICEGATE_ERR_STRUCT_SIZE,
@@ -111,15 +146,20 @@ impl sluicegate_status {
         SLUICEGATE_ERR_BUFFER_TOO_SMALL,
         SLUICEGATE_ERR_UNSUPPORTED,
         SLUICEGATE_ERR_BAD_STRIPES,
+        SLUICEGATE_ERR_NOT_UTF8,
+        SLUICEGATE_ERR_BAD_FAILURE_POLICY,
         SLUICEGATE_ERR_CONFIG_ZERO,
         SLUICEGATE_ERR_CONFIG_TOO_LARGE,
         SLUICEGATE_ERR_CONFIG_TOO_FAST,
         SLUICEGATE_ERR_CONFIG_IMMUTABLE,
         SLUICEGATE_ERR_CONFIG_INVALID,
         SLUICEGATE_ERR_PARSE,
+        SLUICEGATE_ERR_BAD_URL,
+        SLUICEGATE_ERR_CONFIG_RESOLUTION,
         SLUICEGATE_ERR_INSUFFICIENT_CAPACITY,
         SLUICEGATE_ERR_ALLOC,
         SLUICEGATE_ERR_PANIC,
+        SLUICEGATE_ERR_SYSTEM,
     ];
 }
 

@@ -69,3 +69,26 @@ fn header_has_its_banner_and_guards() {
         assert!(header.contains(name), "{name}");
     }
 }
+
+#[test]
+fn the_redis_declarations_are_unconditional() {
+    // One header for the default library and for one built without the `redis`
+    // feature: no guard macro a C user would have to define (see ffi/README.md).
+    let header = fs::read_to_string(root().join("include/sluicegate.h")).unwrap();
+    for name in [
+        "typedef struct sluicegate_redis sluicegate_redis;",
+        "typedef struct sluicegate_redis_config {",
+        "sluicegate_status sluicegate_redis_new(",
+        "SLUICEGATE_SOURCE_LOCAL_FALLBACK = 3,",
+        "SLUICEGATE_FAIL_CLOSED = 2,",
+    ] {
+        assert!(header.contains(name), "{name}");
+    }
+    let conditionals: Vec<&str> = header
+        .lines()
+        .filter(|l| {
+            l.starts_with("#if") && !l.contains("__cplusplus") && !l.contains("SLUICEGATE_H")
+        })
+        .collect();
+    assert!(conditionals.is_empty(), "{conditionals:?}");
+}
