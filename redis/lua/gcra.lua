@@ -15,62 +15,67 @@
 --
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, limit, now_us,
 --         delay_us, granted}
-local t = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local slack = tonumber(ARGV[4])
+--
+-- Written for its cost inside the server, which every check pays (no closure or
+-- helper function is made or called per run):
+-- * `s + 0` turns a numeric string into its number by the same conversion as
+--   tonumber(s), at a fraction of the price of calling tonumber.
+-- * floor(a / b) for integers 0 <= a < 2^53, 0 < b < 2^53 is q - q % 1 with q = a / b:
+--   the division is correctly rounded, and below 2^53 a quotient short of an integer
+--   k is short of it by at least 1/b, more than half a double's spacing near k, so
+--   it never rounds up to k; q % 1 is q's exact fractional part. No correction needed.
+-- * string.format('%d', x), for the SET's two arguments only: they must be exact
+--   decimal strings, and Lua's own number-to-string keeps 14 digits.
+local t = ARGV[1] + 0
+local burst = ARGV[2] + 0
+local n = ARGV[3] + 0
+local slack = ARGV[4] + 0
 local mode = ARGV[5]
 
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-
--- floor(a / b) for integers a >= 0, b > 0 below 2^53, corrected for the rounding
--- of the double division.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+local now = clock[1] * 1000000 + clock[2]
 
 local tau = burst * t
-local f = tonumber(redis.call('GET', KEYS[1]) or '0')
-local base = f
-if base < now then base = now end
-local debt = base - now
 local size = tau + slack
+-- base = max(F, now), debt = base - now
+local base, debt = now, 0
+local f = redis.call('GET', KEYS[1])
+if f then
+  f = f + 0
+  if f > now then base, debt = f, f - now end
+end
 
 if mode == 'l' then
   -- A lease takes what is there, up to n; with nothing there it is a denial of one.
-  local room = size - debt
   local avail = 0
-  if room > 0 then avail = idiv(room, t) end
+  local room = size - debt
+  if room > 0 then avail = room / t; avail = avail - avail % 1 end
   if avail < n then n = avail end
   if n == 0 then n = 1 end
 end
 
 local need = n * t
-local delay = debt + need - tau
+local new_debt = debt + need
+local delay = new_debt - tau
 if delay < 0 then delay = 0 end
 
 if delay <= slack then
-  local new_debt = debt + need
-  local room = size - new_debt
-  local remaining = 0
-  if room > 0 then remaining = idiv(room, t) end
-  if n > 0 and mode ~= 'p' then
-    redis.call('SET', KEYS[1], string.format('%d', base + need),
-      'PX', string.format('%d', idiv(new_debt + 999, 1000)))
+  -- Admitted: new_debt <= tau + slack = size, so the room left is never negative.
+  local remaining = (size - new_debt) / t
+  remaining = remaining - remaining % 1
+  if mode == 'p' then
+    return {1, remaining, 0, new_debt, burst, now, delay, 0}
   end
-  local granted = n
-  if mode == 'p' then granted = 0 end
-  return {1, remaining, 0, new_debt, burst, now, delay, granted}
+  if n > 0 then
+    -- PX = ceil(new_debt / 1000) ms
+    local ms = (new_debt + 999) / 1000
+    redis.call('SET', KEYS[1], string.format('%d', base + need),
+      'PX', string.format('%d', ms - ms % 1))
+  end
+  return {1, remaining, 0, new_debt, burst, now, delay, n}
 end
 
-local room = size - debt
 local remaining = 0
-if room > 0 then remaining = idiv(room, t) end
+local room = size - debt
+if room > 0 then remaining = room / t; remaining = remaining - remaining % 1 end
 return {0, remaining, delay - slack, debt, burst, now, 0, 0}
