@@ -6,12 +6,14 @@
 -- ARGV[1]  W, the window in whole microseconds
 -- ARGV[2]  limit
 -- ARGV[3]  n, the cost (0 = peek)
--- ARGV[4]  mode: 'c' consume, 'p' peek at cost n (never writes)
+-- ARGV[4]  mode: 'c' consume, 'p' peek at cost n (never writes), 'l' lease up to n
 --
 -- Admit iff count + n <= limit in the current window; a stored window later than
 -- now's (Redis TIME went back, e.g. after a failover) is decided as the stored
 -- window: no time has passed. The key expires (PX) when its window ends, when it
--- decides exactly like an absent one. Nothing is written on a denial.
+-- decides exactly like an absent one. Nothing is written on a denial. A lease
+-- charges min(n, limit - count) units to the window it is decided in, as one
+-- consume of that many; with none left it is a denial of one unit.
 --
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, limit, now_us, 0, granted}
 local w = tonumber(ARGV[1])
@@ -48,6 +50,12 @@ if count == 0 or now_index > stored then
 end
 local to_end = (index + 1) * w - now
 if to_end < 0 then to_end = 0 end
+
+if mode == 'l' then
+  local avail = limit - count
+  if avail < n then n = avail end
+  if n <= 0 then n = 1 end
+end
 
 if count + n <= limit then
   local after = count + n

@@ -5,12 +5,14 @@
 -- ARGV[1]  W, the window in whole microseconds
 -- ARGV[2]  limit
 -- ARGV[3]  n, the cost (0 = peek)
--- ARGV[4]  mode: 'c' consume, 'p' peek at cost n (never writes)
+-- ARGV[4]  mode: 'c' consume, 'p' peek at cost n (never writes), 'l' lease up to n
 --
 -- estimate = floor(prev * (W - elapsed) / W) + cur; admit iff estimate + n <= limit.
 -- The client checks (limit + 1) * W < 2^53, so every product here is exact in a
 -- double. The key expires (PX) when the window after the stored one ends, when it
--- decides exactly like an absent one. Nothing is written on a denial.
+-- decides exactly like an absent one. Nothing is written on a denial. A lease
+-- charges min(n, limit - estimate) units to the window it is decided in, as one
+-- consume of that many; with none left it is a denial of one unit.
 --
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, limit, now_us, 0, granted}
 local w = tonumber(ARGV[1])
@@ -75,6 +77,12 @@ local function until_at_most(x)
 end
 
 local estimate = idiv(prev * (w - elapsed), w) + cur
+if mode == 'l' then
+  local avail = limit - estimate
+  if avail < n then n = avail end
+  if n <= 0 then n = 1 end
+end
+
 if estimate + n <= limit then
   cur = cur + n
   if n > 0 and mode ~= 'p' then

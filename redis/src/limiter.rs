@@ -688,21 +688,26 @@ impl RedisLimiter {
         self.call(key, n, Mode::Peek).await
     }
 
-    /// Leases up to `n` units at once (token bucket and leaky bucket only): Redis
-    /// charges what it has, up to `n`, and [`Reply::granted`] says how many; with
-    /// none there it is a denial of one unit with its `retry_after`.
+    /// Leases up to `n` units at once: Redis charges what the limit has now, up to
+    /// `n`, in one call, and [`Reply::granted`] says how many; with none there it
+    /// is a denial of one unit with its `retry_after`, and nothing is written.
+    /// The token bucket and the leaky bucket charge the bucket; the fixed window
+    /// and the sliding window counter charge the window the call is decided in
+    /// (the aligned window holding [`Reply::now_us`], unless Redis' clock went
+    /// back); a shaper with a max delay is refused (its grants come with delays).
     ///
     /// ```no_run
     /// # async fn f(rl: sluicegate_redis::RedisLimiter) -> Result<(), sluicegate_redis::Error> {
     /// let r = rl.try_lease("k", 10).await?;
     /// assert!(r.granted <= 10);
+    /// assert_eq!(r.decision.allowed, r.granted > 0);
     /// # Ok(()) }
     /// ```
     pub async fn try_lease(&self, key: &str, n: u64) -> Result<Reply, Error> {
-        if self.inner.limit.script != crate::limit::ScriptKind::Gcra {
+        if self.inner.limit.slack_us != 0 {
             return Err(Error::Resolution {
                 field: "algorithm",
-                reason: "leases are for the token bucket and the leaky bucket",
+                reason: "a shaper's grants come with delays, which a lease cannot carry",
             });
         }
         let n = n.clamp(1, self.inner.limit.capacity());

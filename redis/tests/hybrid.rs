@@ -1,6 +1,8 @@
 //! Hybrid mode on a real server: most checks without a round trip at a steady
 //! rate, the global quota never exceeded across several processes' limiters, and
-//! the negative cache after a denial.
+//! the negative cache after a denial; for the token bucket and for both windows
+//! (whose fleet tests count every admission in its Redis-time window, and whose
+//! leases must expire at their window's end).
 
 mod common;
 
@@ -8,10 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::aio::MultiplexedConnection;
 use sluicegate::Quota;
 use sluicegate_redis::{
     Algorithm, Config, HybridConfig, HybridLimiter, Limit, RedisLimiter, Source,
 };
+
+const WINDOWS: [Algorithm; 2] = [Algorithm::FixedWindow, Algorithm::SlidingWindow];
 
 fn cfg() -> Config {
     Config {
@@ -118,4 +123,384 @@ async fn a_denial_is_cached_locally_until_retry_after() {
         trips,
         "no round trip while the denial is cached"
     );
+}
+
+/// Redis `TIME` in microseconds.
+async fn redis_us(c: &mut MultiplexedConnection) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(c).await.unwrap();
+    s * 1_000_000 + us
+}
+
+/// Sleeps until Redis time is at least `at_us`.
+async fn sleep_until_redis(c: &mut MultiplexedConnection, at_us: u64) {
+    loop {
+        let now = redis_us(c).await;
+        if now >= at_us {
+            return;
+        }
+        tokio::time::sleep(Duration::from_micros(at_us - now)).await;
+    }
+}
+
+fn hybrid(name: &str, limit: Limit, hc: HybridConfig) -> HybridLimiter {
+    let rl = RedisLimiter::new(common::standalone(), name, limit, cfg()).unwrap();
+    HybridLimiter::new(rl, hc).unwrap()
+}
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Whether admissions, each known to lie in Redis time `[before, after]` (µs),
+/// can be spread over the aligned windows of `w_us` with at most `limit` in each.
+/// An admission may lie in any window its interval meets; for intervals over a
+/// line of windows, Hall's condition on every run of consecutive windows `i..=j`
+/// decides it: the admissions that must lie in the run are at most
+/// `(j − i + 1)·limit`. Returns the first run that fails, with its count.
+fn over_limit(admitted: &[(u64, u64)], w_us: u64, limit: u64) -> Option<(u64, u64, u64)> {
+    let spans: Vec<(u64, u64)> = admitted
+        .iter()
+        .map(|&(b, a)| (b / w_us, a / w_us))
+        .collect();
+    let first = spans.iter().map(|s| s.0).min()?;
+    let last = spans.iter().map(|s| s.1).max()?;
+    for i in first..=last {
+        for j in i..=last {
+            let inside = spans.iter().filter(|s| s.0 >= i && s.1 <= j).count() as u64;
+            if inside > (j - i + 1) * limit {
+                return Some((i, j, inside));
+            }
+        }
+    }
+    None
+}
+
+async fn window_steady(alg: Algorithm) {
+    let limit = Limit::new(alg, Quota::per_second(2000)).unwrap();
+    let h = hybrid(&common::fresh("wsteady"), limit, HybridConfig::default());
+    // 500 checks a second (a quarter of the limit) for one second: at least one
+    // window change, where the leases of the old window expire.
+    let mut tick = tokio::time::interval(Duration::from_millis(2));
+    let mut allowed = 0;
+    for _ in 0..500 {
+        tick.tick().await;
+        if h.check("k").await.unwrap().decision.allowed {
+            allowed += 1;
+        }
+    }
+    let s = h.stats();
+    assert_eq!(
+        allowed, 500,
+        "{alg:?}: under the limit everything is admitted"
+    );
+    assert!(
+        s.local_share() >= 0.95,
+        "{alg:?}: only {:.1}% local ({s:?})",
+        100.0 * s.local_share()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_at_a_steady_rate_under_the_limit_are_served_locally() {
+    for alg in WINDOWS {
+        window_steady(alg).await;
+    }
+}
+
+/// Four processes' limiters on one key of a window of 100 per 200 ms: two of them
+/// at a slow random pace (leases left over at the windows' ends), two flat out
+/// (taking whatever the others leave). Every check is bracketed by Redis `TIME`
+/// on its own connection, so each admission's window is known up to that
+/// bracket.
+async fn window_fleet(alg: Algorithm) {
+    let w_us = 200_000;
+    let per_window = 100;
+    let limit = Limit::new(alg, Quota::new(per_window, Duration::from_micros(w_us))).unwrap();
+    let name = common::fresh("wfleet");
+    // The paced ones lease large batches, which their slow pace leaves unspent
+    // at the windows' ends.
+    let paced_cfg = HybridConfig {
+        horizon: Duration::from_millis(200),
+        max_batch: Some(40),
+        ..HybridConfig::default()
+    };
+    let fleet: Vec<HybridLimiter> = (0..4)
+        .map(|i| {
+            let hc = if i < 2 {
+                paced_cfg
+            } else {
+                HybridConfig::default()
+            };
+            hybrid(&name, limit, hc)
+        })
+        .collect();
+    let run = Duration::from_millis(2000);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..12u64 {
+        let paced = t < 4;
+        let h = fleet[if paced { t % 2 } else { 2 + t % 2 } as usize].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = common::raw(&common::standalone()).await;
+            let mut rng = Rng(0x5EED ^ ((t + 1) * 0x9E37_79B9));
+            let mut admitted = Vec::new();
+            let mut checks = 0u64;
+            while start.elapsed() < run {
+                let before = redis_us(&mut c).await;
+                let v = h.check("shared").await.unwrap();
+                let after = redis_us(&mut c).await;
+                checks += 1;
+                assert!(v.is_authoritative(), "{v:?}");
+                if v.decision.allowed {
+                    admitted.push((before, after));
+                }
+                if paced {
+                    tokio::time::sleep(Duration::from_millis(5 + rng.below(30))).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+            }
+            (admitted, checks)
+        }));
+    }
+    let mut admitted = Vec::new();
+    let mut checks = 0;
+    for t in tasks {
+        let (a, c) = t.await.unwrap();
+        admitted.extend(a);
+        checks += c;
+    }
+    if let Some((i, j, count)) = over_limit(&admitted, w_us, per_window) {
+        panic!(
+            "{alg:?}: {count} admitted in windows {i}..={j}, more than {} allow",
+            (j - i + 1) * per_window
+        );
+    }
+    // Not starved: the flat-out tasks take most of each window (what sits unspent
+    // in the others' leases at a window's end is lost to it).
+    let windows = (run.as_micros() as u64 / w_us) as f64;
+    assert!(
+        admitted.len() as f64 >= 0.5 * per_window as f64 * windows,
+        "{alg:?}: admitted only {} in {windows} windows",
+        admitted.len()
+    );
+    let local: u64 = fleet.iter().map(|h| h.stats().local).sum();
+    let trips: u64 = fleet.iter().map(|h| h.stats().round_trips).sum();
+    println!(
+        "{alg:?}: {} admitted in {windows} windows of {per_window}, {checks} checks, {local} local, {trips} round trips",
+        admitted.len()
+    );
+    // A saturated sliding window frees its units one at a time, each a short
+    // denial to cache and a lease of one: more round trips than a fixed window's.
+    let share = if alg == Algorithm::SlidingWindow {
+        2
+    } else {
+        1
+    };
+    assert!(
+        share * local > trips,
+        "{alg:?}: the local tier answered {local}, Redis {trips} ({checks} checks)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_never_exceeds_the_window_limit() {
+    for alg in WINDOWS {
+        window_fleet(alg).await;
+    }
+}
+
+#[test]
+fn the_window_count_check_sees_an_excess() {
+    // 3 in window 0, 2 that may be in 0 or 1, 1 in window 1: fits 3 per window...
+    let mut a = vec![(1, 2), (3, 4), (5, 6), (9, 11), (9, 12), (15, 16)];
+    assert_eq!(over_limit(&a, 10, 3), None);
+    // ...but not 2 (three certainly in window 0), nor, with one more that may be
+    // in either, 3 (seven in two windows, though no window certainly holds four).
+    assert_eq!(over_limit(&a, 10, 2), Some((0, 0, 3)));
+    a.push((8, 13));
+    assert_eq!(over_limit(&a, 10, 3), Some((0, 1, 7)));
+}
+
+async fn window_lease_expiry(alg: Algorithm) {
+    let w_us = 600_000;
+    let limit = Limit::new(alg, Quota::new(10_000, Duration::from_micros(w_us))).unwrap();
+    // Leases live longer than the window, but for its end.
+    let hc = HybridConfig {
+        lease_ttl: Duration::from_secs(5),
+        ..HybridConfig::default()
+    };
+    let h = hybrid(&common::fresh("wexpiry"), limit, hc);
+    let mut c = common::raw(&common::standalone()).await;
+    // Start 50 ms into a window.
+    let now = redis_us(&mut c).await;
+    let mut start = now - now % w_us + 50_000;
+    if start < now {
+        start += w_us;
+    }
+    let end = start - 50_000 + w_us;
+    sleep_until_redis(&mut c, start).await;
+    // One check a millisecond for 150 ms: leases of about 100 ms of checks.
+    for _ in 0..150 {
+        assert!(h.check("k").await.unwrap().decision.allowed);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Until a lease with units to spare.
+    loop {
+        let v = h.check("k").await.unwrap();
+        if v.source == Source::Lease && v.decision.remaining >= 5 {
+            break;
+        }
+    }
+    // Late in the window, the lease still serves...
+    sleep_until_redis(&mut c, end - 60_000).await;
+    let trips = h.stats().round_trips;
+    let v = h.check("k").await.unwrap();
+    assert_eq!(v.source, Source::Lease, "{alg:?}: {v:?}");
+    assert!(v.decision.remaining >= 1);
+    // ...but not once the window is over: its units were charged to the old one.
+    sleep_until_redis(&mut c, end + 5_000).await;
+    let v = h.check("k").await.unwrap();
+    assert_eq!(v.source, Source::Redis, "{alg:?}: {v:?}");
+    assert_eq!(h.stats().round_trips, trips + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_leases_expire_at_the_window_end() {
+    for alg in WINDOWS {
+        window_lease_expiry(alg).await;
+    }
+}
+
+/// Nanoseconds until the next midnight UTC (the end of a day window).
+fn until_midnight_ns() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let day = 86_400_000_000_000;
+    day - now % day
+}
+
+async fn window_negative_cache(alg: Algorithm) {
+    // Two processes on one key of 5 a day: one spends them all.
+    let limit = Limit::new(alg, Quota::per_day(5)).unwrap();
+    let name = common::fresh("wneg");
+    let a = hybrid(&name, limit, HybridConfig::default());
+    let b = hybrid(&name, limit, HybridConfig::default());
+    for _ in 0..5 {
+        assert!(a.check("k").await.unwrap().decision.allowed);
+    }
+    // Its front limiter knows this process alone used the window: no round trip.
+    let trips = a.stats().round_trips;
+    let v = a.check("k").await.unwrap();
+    assert!(
+        !v.decision.allowed && v.source == Source::LocalDenial,
+        "{alg:?}: {v:?}"
+    );
+    assert_eq!(a.stats().round_trips, trips);
+    // The other asks Redis once, is denied until the day's end, and caches it.
+    let v = b.check("k").await.unwrap();
+    assert!(
+        !v.decision.allowed && v.source == Source::Redis,
+        "{alg:?}: {v:?}"
+    );
+    let midnight = until_midnight_ns();
+    assert!(
+        v.decision.retry_after_ns + 5_000_000_000 >= midnight,
+        "{alg:?}: {v:?}"
+    );
+    let trips = b.stats().round_trips;
+    for i in 0..200 {
+        let v = b.check_n("k", 1 + i % 5).await.unwrap();
+        assert!(
+            !v.decision.allowed && v.source == Source::LocalDenial,
+            "{v:?}"
+        );
+        assert!(v.decision.retry_after_ns > 0);
+    }
+    assert_eq!(
+        b.stats().round_trips,
+        trips,
+        "{alg:?}: no round trip while cached"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_denial_is_cached_locally() {
+    for alg in WINDOWS {
+        window_negative_cache(alg).await;
+    }
+}
+
+async fn window_partial_lease(alg: Algorithm) {
+    let limit = Limit::new(alg, Quota::per_day(10)).unwrap();
+    let name = common::fresh("wpart");
+    let a = hybrid(&name, limit, HybridConfig::default());
+    let b = hybrid(&name, limit, HybridConfig::default());
+    assert!(a.check_n("k", 6).await.unwrap().decision.allowed);
+    // 4 left: granted to b, kept in its lease, and its request of 6 denied.
+    let v = b.check_n("k", 6).await.unwrap();
+    assert!(
+        !v.decision.allowed && v.source == Source::Redis,
+        "{alg:?}: {v:?}"
+    );
+    assert_eq!(v.decision.remaining, 4);
+    assert!(v.decision.retry_after_ns > 0);
+    let trips = b.stats().round_trips;
+    // Another 6 is denied locally; the 4 serve smaller requests, locally.
+    let v = b.check_n("k", 6).await.unwrap();
+    assert_eq!(v.source, Source::LocalDenial, "{alg:?}: {v:?}");
+    for _ in 0..4 {
+        let v = b.check("k").await.unwrap();
+        assert!(
+            v.decision.allowed && v.source == Source::Lease,
+            "{alg:?}: {v:?}"
+        );
+    }
+    assert_eq!(b.stats().round_trips, trips);
+    // Then one more is Redis' denial of one unit, cached for every cost.
+    let v = b.check("k").await.unwrap();
+    assert!(
+        !v.decision.allowed && v.source == Source::Redis,
+        "{alg:?}: {v:?}"
+    );
+    let v = b.check("k").await.unwrap();
+    assert!(
+        !v.decision.allowed && v.source == Source::LocalDenial,
+        "{alg:?}: {v:?}"
+    );
+    assert_eq!(b.stats().round_trips, trips + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_window_lease_serves_smaller_requests() {
+    for alg in WINDOWS {
+        window_partial_lease(alg).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_map_holds_at_most_max_keys() {
+    let limit = Limit::new(Algorithm::FixedWindow, Quota::per_second(100)).unwrap();
+    let hc = HybridConfig {
+        max_keys: 8,
+        ..HybridConfig::default()
+    };
+    let h = hybrid(&common::fresh("keys"), limit, hc);
+    for i in 0..100 {
+        assert!(h.check(&format!("k{i}")).await.unwrap().decision.allowed);
+        assert!(h.keys() <= 8, "{} keys after {i}", h.keys());
+    }
+    // A key dropped from the map starts over with a fresh lease: still admitted
+    // within the limit, never more.
+    for _ in 0..5 {
+        assert!(h.check("k0").await.unwrap().decision.allowed);
+    }
 }

@@ -336,3 +336,105 @@ async fn coalesced_checks_decide_like_sequential_ones_cluster() {
         .await
         .unwrap();
 }
+
+/// The windows' lease mode against the local algorithm: a lease of `n` at
+/// `now_us` grants `g = min(n, remaining)` with `remaining` what a peek at cost 0
+/// reports, and decides exactly as a consume of `g`; with `g = 0` it is the
+/// denial of one unit and writes nothing. Mixed with plain consumes. Returns how
+/// many leases were granted in full, in part, and denied.
+async fn leases(
+    backend: Backend,
+    limit: Limit,
+    seed: u64,
+    count: usize,
+    max_gap_us: u64,
+) -> [u32; 3] {
+    let rl = common::limiter(backend, limit);
+    let decide = local_decider(&limit);
+    let mut rng = Rng(seed);
+    let mut word = 0u64;
+    let mut seen = [0u32; 3];
+    let cap = limit.capacity();
+    for i in 0..count {
+        let n = match rng.below(4) {
+            0 => cap,
+            1 => 1 + rng.below(cap),
+            _ => 1,
+        };
+        if rng.below(5) == 0 {
+            let r = rl.try_check_n("k", n).await.unwrap();
+            let step = decide(word, r.now_us * 1000, n);
+            assert!(same(limit.algorithm(), &r.decision, &step.decision));
+            if let Some(next) = step.next {
+                word = next;
+            }
+            continue;
+        }
+        let r = rl.try_lease("k", n).await.unwrap();
+        let now = r.now_us * 1000;
+        let available = decide(word, now, 0).decision.remaining;
+        let g = n.min(available);
+        let step = decide(word, now, g.max(1));
+        assert!(
+            same(limit.algorithm(), &r.decision, &step.decision)
+                && r.granted == g
+                && r.decision.allowed == (g > 0),
+            "{:?} lease {i} (n = {n}, {available} available) at {} µs:\n redis {r:?}\n local {:?}",
+            limit.algorithm(),
+            r.now_us,
+            step.decision
+        );
+        if let Some(next) = step.next {
+            word = next;
+        }
+        seen[if g == n {
+            0
+        } else if g > 0 {
+            1
+        } else {
+            2
+        }] += 1;
+        if rng.below(3) != 0 {
+            tokio::time::sleep(Duration::from_micros(rng.below(max_gap_us))).await;
+        }
+    }
+    seen
+}
+
+async fn lease_suite(backend: Backend) {
+    let mut tasks = Vec::new();
+    for (i, (limit, gap)) in limits().into_iter().enumerate() {
+        if !matches!(
+            limit.algorithm(),
+            Algorithm::FixedWindow | Algorithm::SlidingWindow
+        ) {
+            continue;
+        }
+        let b = backend.clone();
+        tasks.push(tokio::spawn(async move {
+            let [full, part, denied] = leases(b, limit, 0x1EA5_E000 ^ i as u64, 300, gap).await;
+            assert!(
+                full > 20 && part > 5 && denied > 20,
+                "{:?}: {full} granted in full, {part} in part, {denied} denied",
+                limit.algorithm()
+            );
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_leases_decide_like_the_local_algorithms_standalone() {
+    tokio::time::timeout(Duration::from_secs(60), lease_suite(common::standalone()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_leases_decide_like_the_local_algorithms_cluster() {
+    tokio::time::timeout(Duration::from_secs(60), lease_suite(common::cluster()))
+        .await
+        .unwrap();
+}

@@ -103,11 +103,23 @@ async fn lease_grants_up_to_n() {
     let c = rl.try_lease("k", 3).await.unwrap();
     assert!(!c.decision.allowed && c.granted == 0);
     assert!(c.decision.retry_after_ns >= 359_000_000_000); // one unit per 6 minutes
+
+    // A window leases from the window it is decided in; a shaper with a delay
+    // does not lease.
     let w = common::limiter(
         common::standalone(),
         Limit::new(Algorithm::FixedWindow, Quota::per_hour(10)).unwrap(),
     );
-    assert!(w.try_lease("k", 1).await.is_err());
+    let d = w.try_lease("k", 4).await.unwrap();
+    assert_eq!((d.granted, d.decision.remaining), (4, 6));
+    let shaper = Algorithm::Shaper {
+        max_delay: Duration::from_millis(5),
+    };
+    let s = common::limiter(
+        common::standalone(),
+        Limit::new(shaper, Quota::per_second(10)).unwrap(),
+    );
+    assert!(s.try_lease("k", 1).await.is_err());
 }
 
 #[tokio::test]
