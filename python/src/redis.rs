@@ -139,22 +139,20 @@ impl Tls {
     /// naming it, from the constructor, not from the first check).
     fn config(self) -> PyResult<Option<TlsConfig>> {
         let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| {
-                pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", p.display()))
-            })
+            std::fs::read(p)
+                .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", p.display())))
         };
-        let client = match (self.cert, self.key) {
-            (Some(c), Some(k)) => Some(ClientCert {
-                cert_pem: read(&c)?,
-                key_pem: read(&k)?,
-            }),
-            (None, None) => None,
-            _ => {
-                return Err(PyValueError::new_err(
+        let client =
+            match (self.cert, self.key) {
+                (Some(c), Some(k)) => Some(ClientCert {
+                    cert_pem: read(&c)?,
+                    key_pem: read(&k)?,
+                }),
+                (None, None) => None,
+                _ => return Err(PyValueError::new_err(
                     "ssl_certfile and ssl_keyfile go together (a client certificate and its key)",
-                ))
-            }
-        };
+                )),
+            };
         let root_ca_pem = self.ca.as_deref().map(read).transpose()?;
         if root_ca_pem.is_none() && client.is_none() {
             return Ok(None);
