@@ -18,31 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "sluicegate.h"
-
-static int failures = 0;
-static int checks = 0;
-
-#define EXPECT(cond)                                                              \
-    do {                                                                          \
-        ++checks;                                                                 \
-        if (!(cond)) {                                                            \
-            ++failures;                                                           \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);    \
-        }                                                                         \
-    } while (0)
-
-#define EXPECT_STATUS(expr, want)                                                 \
-    do {                                                                          \
-        sluicegate_status got_ = (expr);                                          \
-        ++checks;                                                                 \
-        if (got_ != (sluicegate_status)(want)) {                                  \
-            ++failures;                                                           \
-            fprintf(stderr, "%s:%d: FAILED: %s -> %u (%s), want %s\n", __FILE__,  \
-                    __LINE__, #expr, (unsigned)got_, sluicegate_status_str(got_), \
-                    #want);                                                       \
-        }                                                                         \
-    } while (0)
 
 #define SEC UINT64_C(1000000000)
 #define MS UINT64_C(1000000)

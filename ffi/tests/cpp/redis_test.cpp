@@ -13,27 +13,11 @@
 
 #include <unistd.h>
 
+#include "expect.hpp"
 #include "sluicegate.hpp"
 
 using namespace std::chrono_literals;
 namespace sg = sluicegate;
-
-static int passed = 0, failed = 0;
-#define EXPECT(cond)                                                                \
-    do {                                                                            \
-        if (cond) ++passed;                                                         \
-        else { ++failed; std::fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); } \
-    } while (0)
-
-template <class F>
-static sluicegate_status throws(F f) {
-    try {
-        f();
-    } catch (const sg::error &e) {
-        return e.status();
-    }
-    return SLUICEGATE_OK;
-}
 
 static_assert(!std::is_copy_constructible_v<sg::redis_limiter>, "handles are move-only");
 static_assert(std::is_nothrow_move_constructible_v<sg::redis_limiter>, "moves never throw");

@@ -8,27 +8,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "expect.hpp"
 #include "sluicegate.hpp"
 
 using namespace std::chrono_literals;
 namespace sg = sluicegate;
-
-static int passed = 0, failed = 0;
-#define EXPECT(cond)                                                                \
-    do {                                                                            \
-        if (cond) ++passed;                                                         \
-        else { ++failed; std::fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); } \
-    } while (0)
-
-template <class F>
-static sluicegate_status throws(F f) {
-    try {
-        f();
-    } catch (const sg::error &e) {
-        return e.status();
-    }
-    return SLUICEGATE_OK;
-}
 
 static_assert(!std::is_copy_constructible_v<sg::limiter>, "handles are move-only");
 static_assert(!std::is_copy_assignable_v<sg::keyed_limiter>, "handles are move-only");
