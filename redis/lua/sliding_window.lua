@@ -15,34 +15,31 @@
 -- consume of that many; with none left it is a denial of one unit.
 --
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, limit, now_us, 0, granted}
-local w = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
+--
+-- Written for its cost inside the server (as gcra.lua, which explains each):
+-- `s + 0` converts a numeric string as tonumber does, cheaper; floor(a / b) for
+-- integers 0 <= a, 0 < b, a + b < 2^53 is q - q % 1 with q = a / b (the division
+-- is correctly rounded and never rounds up to the next integer there);
+-- string.format('%d') only for the SET's exact decimal arguments.
+local w = ARGV[1] + 0
+local limit = ARGV[2] + 0
+local n = ARGV[3] + 0
 local mode = ARGV[4]
 
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+local now = clock[1] * 1000000 + clock[2]
 
 local stored, prev, cur = 0, 0, 0
 local raw = redis.call('GET', KEYS[1])
 if raw then
   local i, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
   if i then
-    stored, prev, cur = tonumber(i), tonumber(p), tonumber(c)
+    stored, prev, cur = i + 0, p + 0, c + 0
   end
 end
 
-local now_index = idiv(now, w)
+local now_index = now / w
+now_index = now_index - now_index % 1
 local index = stored
 if (cur == 0 and prev == 0) or now_index > stored + 1 then
   index, prev, cur = now_index, 0, 0
@@ -60,7 +57,8 @@ end
 -- Smallest elapsed e with floor(count * (W - e) / W) <= k.
 local function earliest(count, k)
   if count == 0 then return 0 end
-  local e = w - idiv((k + 1) * w - 1, count)
+  local q = ((k + 1) * w - 1) / count
+  local e = w - (q - q % 1)
   if e < 0 then return 0 end
   return e
 end
@@ -76,7 +74,8 @@ local function until_at_most(x)
   return until_(start + e)
 end
 
-local estimate = idiv(prev * (w - elapsed), w) + cur
+local estimate = prev * (w - elapsed) / w
+estimate = estimate - estimate % 1 + cur
 if mode == 'l' then
   local avail = limit - estimate
   if avail < n then n = avail end
@@ -86,8 +85,12 @@ end
 if estimate + n <= limit then
   cur = cur + n
   if n > 0 and mode ~= 'p' then
+    -- PX = max(1, ceil(time until the window after `index` ends / 1000)) ms
+    local ms = (until_((index + 2) * w) + 999) / 1000
+    ms = ms - ms % 1
+    if ms < 1 then ms = 1 end
     redis.call('SET', KEYS[1], string.format('%d:%d:%d', index, prev, cur),
-      'PX', string.format('%d', math.max(1, idiv(until_((index + 2) * w) + 999, 1000))))
+      'PX', string.format('%d', ms))
   end
   local granted = n
   if mode == 'p' then granted = 0 end
