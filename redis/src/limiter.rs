@@ -305,8 +305,19 @@ impl RedisLimiter {
         self.breaker_for(&self.redis_key(key)).is_open()
     }
 
-    /// The breaker for the Redis key `rkey`.
+    fn is_cluster(&self) -> bool {
+        matches!(
+            self.inner.backend,
+            Backend::Cluster(_) | Backend::ClusterTls { .. }
+        )
+    }
+
+    /// The breaker for the Redis key `rkey`: a standalone server's checks never
+    /// touch the node map (no lock on their path).
     fn breaker_for(&self, rkey: &str) -> BreakerRef<'_> {
+        if !self.is_cluster() {
+            return BreakerRef::Main(&self.inner.breaker);
+        }
         let node = self.inner.nodes.read().ok().and_then(|m| {
             m.as_ref()
                 .and_then(|m| m.breaker(key_slot(rkey.as_bytes())).cloned())
@@ -320,7 +331,7 @@ impl RedisLimiter {
     /// Counts a failure; a master's circuit that this opened (a failover or a
     /// slot migration may be why) has the slot map read again.
     fn failed(&self, breaker: &Breaker, permit: Permit) {
-        if breaker.failure(permit) && matches!(self.current(), Some(Conn::Cluster(_))) {
+        if breaker.failure(permit) && self.is_cluster() {
             self.refresh_nodes();
         }
     }
@@ -670,7 +681,7 @@ impl RedisLimiter {
             Some(e) => {
                 self.failed(breaker, permit);
                 let server_error = matches!(e, Error::Redis(r) if r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError));
-                if !server_error && !matches!(self.current(), Some(Conn::Cluster(_))) {
+                if !server_error && !self.is_cluster() {
                     self.drop_conn();
                 }
             }
@@ -843,7 +854,7 @@ impl RedisLimiter {
         if let Ok(mut g) = self.inner.conn.write() {
             *g = Some(c.clone());
         }
-        if matches!(c, Conn::Cluster(_)) {
+        if self.is_cluster() {
             self.refresh_nodes();
         }
         Ok(c)
