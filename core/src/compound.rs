@@ -82,13 +82,8 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
     /// assert!(c.check_at(0).allowed);
     /// ```
     pub fn check_at(&self, now: u64) -> Decision {
-        self.check_n_at(1, now).unwrap_or(Decision {
-            allowed: false,
-            remaining: 0,
-            retry_after_ns: u64::MAX,
-            reset_after_ns: 0,
-            limit: 0,
-        })
+        self.check_n_at(1, now)
+            .unwrap_or_else(|e| Decision::never(e.capacity))
     }
 
     /// Admits `n` units at `now` if every limit allows, charging none otherwise.
@@ -234,13 +229,8 @@ impl<A: Algorithm, const N: usize, C: Clock> Compound<A, N, C> {
     /// assert!(c.check().allowed);
     /// ```
     pub fn check(&self) -> Decision {
-        self.check_n(1).unwrap_or(Decision {
-            allowed: false,
-            remaining: 0,
-            retry_after_ns: u64::MAX,
-            reset_after_ns: 0,
-            limit: 0,
-        })
+        self.check_n(1)
+            .unwrap_or_else(|e| Decision::never(e.capacity))
     }
 
     /// Admits `n` units now; a give-back reads the clock afresh (see the module docs).

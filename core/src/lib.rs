@@ -68,6 +68,7 @@ mod decision;
 mod error;
 pub mod fixed_window;
 pub mod keyed;
+mod kind;
 pub mod limiter;
 pub mod parse;
 mod quota;
@@ -75,6 +76,7 @@ pub mod shaper;
 #[cfg(feature = "alloc")]
 pub mod sliding_log;
 pub mod sliding_window;
+mod spec;
 pub mod striped;
 mod sync;
 pub mod token_bucket;
@@ -89,6 +91,7 @@ pub use compound::Compound;
 pub use decision::Decision;
 pub use error::{ConfigError, InsufficientCapacity};
 pub use fixed_window::{Fixed, FixedParams};
+pub use kind::{Caps, Kind, UnknownKind};
 pub use limiter::{Algorithm, Limiter, Step};
 pub use parse::{parse_quota, parse_quotas, ParseError, ParseErrorKind};
 pub use quota::Quota;
@@ -96,6 +99,7 @@ pub use shaper::{Reservation, Shaper, ShaperParams, Shaping};
 #[cfg(feature = "alloc")]
 pub use sliding_log::SlidingLog;
 pub use sliding_window::{Sliding, SlidingParams};
+pub use spec::{Spec, SpecError};
 pub use striped::Striped;
 pub use token_bucket::{Gcra, GcraParams, Leaky};
 #[cfg(feature = "std")]

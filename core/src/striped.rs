@@ -117,13 +117,7 @@ impl<const N: usize, C> Striped<N, C> {
     pub fn check_at_stripe(&self, stripe: usize, now: u64) -> Decision {
         match self.check_n_at_stripe(stripe, 1, now) {
             Ok(d) => d,
-            Err(e) => Decision {
-                allowed: false,
-                remaining: 0,
-                retry_after_ns: u64::MAX,
-                reset_after_ns: 0,
-                limit: e.capacity,
-            },
+            Err(e) => Decision::never(e.capacity),
         }
     }
 
