@@ -258,6 +258,40 @@ pub(crate) fn apply_cell<A: Algorithm, W: StateCell>(
     }
 }
 
+/// Gives back `n` units of an admission `prev -> next` on `cell` (whose load was
+/// `raw`): restores `prev` if the cell still holds `next`, otherwise applies
+/// [`Algorithm::give_back`] (reading the time only then, as `Core::give_back`
+/// does). A cell that no longer holds the state gets nothing back: keeping the
+/// charge is the conservative answer.
+pub(crate) fn give_back_cell<A: Algorithm, W: StateCell>(
+    cell: &W,
+    mut raw: W::Raw,
+    params: impl Fn() -> A::Params,
+    n: u64,
+    (prev, next): (u64, u64),
+    now: impl Fn() -> u64,
+) {
+    let mut later: Option<u64> = None;
+    loop {
+        let Some(cur) = cell.state(raw) else {
+            return;
+        };
+        let back = if cur == next && later.is_none() {
+            prev
+        } else {
+            let now = *later.get_or_insert_with(&now);
+            A::give_back(&params(), cur, n, prev, next, now)
+        };
+        if back == cur {
+            return;
+        }
+        match cell.swap_state(raw, back) {
+            Ok(()) => return,
+            Err(actual) => raw = actual,
+        }
+    }
+}
+
 /// Runs one decision against `word` through [`apply_cell`]. Returns the step and
 /// the word it was decided on.
 #[inline]

@@ -9,6 +9,7 @@
 #![cfg(all(feature = "std", not(miri)))]
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
 
 use sluicegate::keyed::KeyedLimiter;
 use sluicegate::{Gcra, Quota};
@@ -52,13 +53,20 @@ fn run(case: &Case, budget: u64) -> Outcome {
     let ms = ((budget as f64 / (per_ms + innocent_per_ms + 20.0)) as u64).clamp(50, 100_000);
     let victims: Vec<AtomicU64> = (0..VICTIMS).map(|_| AtomicU64::new(0)).collect();
     let (innocents, denied) = (AtomicU64::new(0), AtomicU64::new(0));
+    // The threads share one simulated clock: they meet every few ms, so no thread's
+    // `now` runs ahead of another's by more than that (a real clock's skew).
+    let barrier = Barrier::new(case.threads as usize);
     std::thread::scope(|s| {
         for th in 0..case.threads {
             let (t, victims, innocents, denied) = (&t, &victims, &innocents, &denied);
+            let barrier = &barrier;
             s.spawn(move || {
                 let (mut next_flood, mut next_innocent) = (0u64, 0u64);
                 for ms_i in 0..ms {
                     let now = ms_i * MS;
+                    if ms_i % 16 == 0 {
+                        barrier.wait();
+                    }
                     // This thread's share of the flood keys due by the end of this ms.
                     let due = (((ms_i + 1) as f64 * per_ms) / case.threads as f64) as u64;
                     while next_flood < due {

@@ -46,7 +46,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
         now: u64,
     ) -> Result<Decision, InsufficientCapacity> {
         self.run(self.hasher.hash_one(key), n, now, true)
-            .map(|s| s.decision)
+            .map(|(s, _)| s.decision)
     }
 
     /// What [`Self::check_n_at`] would answer for `key`, charging nothing (and
@@ -67,7 +67,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
         now: u64,
     ) -> Result<Decision, InsufficientCapacity> {
         self.run(self.hasher.hash_one(key), n, now, false)
-            .map(|s| s.decision)
+            .map(|(s, _)| s.decision)
     }
 
     /// The state of `key` at `now` as a cost-1 request would see it, charging nothing.
@@ -126,7 +126,7 @@ impl<C, S: AsRef<[Group]>, H: BuildHasher> Keyed<Shaping, C, S, H> {
         n: u64,
         now: u64,
     ) -> Result<Reservation, InsufficientCapacity> {
-        let step = self.run(self.hasher.hash_one(key), n, now, true)?;
+        let (step, _) = self.run(self.hasher.hash_one(key), n, now, true)?;
         Ok(Reservation::from_step(
             &step,
             n,

@@ -86,6 +86,8 @@
 //! another thread still checks the old key, eviction racing a check of the
 //! evicted key, and the full-table policies.
 
+#[cfg(feature = "std")]
+mod any;
 mod check;
 mod sketch;
 mod slot;
@@ -102,6 +104,8 @@ use crate::error::ConfigError;
 use crate::limiter::{Algorithm, ConfigCell};
 use crate::quota::Quota;
 
+#[cfg(feature = "std")]
+pub use any::AnyKeyed;
 use sketch::Cells;
 use slot::{fp_of, state_of};
 pub use slot::{Group, Slot, GROUP_SLOTS};

@@ -29,14 +29,18 @@ use crate::sync::{order, AtomicU64};
 
 /// Cells per evicted key.
 pub(super) const HASHES: usize = 3;
+#[cfg(feature = "alloc")]
 /// Cells per table slot (rounded to a power of two, between [`MIN_CELLS`] and
 /// [`MAX_CELLS`]): 1 byte per slot.
 const SLOTS_PER_CELL: usize = 8;
+#[cfg(feature = "alloc")]
 /// The fewest cells of a table (512 bytes).
 pub(super) const MIN_CELLS: usize = 64;
+#[cfg(feature = "alloc")]
 /// The most cells of a table (256 KiB).
 pub(super) const MAX_CELLS: usize = 1 << 15;
 
+#[cfg(feature = "alloc")]
 /// Cells of a table of `slots` slots.
 pub(super) fn cells_for(slots: usize) -> usize {
     (slots / SLOTS_PER_CELL)

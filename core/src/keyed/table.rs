@@ -9,7 +9,7 @@ use super::stats::{Event, FullPolicy};
 use super::Keyed;
 use crate::decision::Decision;
 use crate::error::InsufficientCapacity;
-use crate::limiter::{apply_cell, Algorithm, Step};
+use crate::limiter::{apply_cell, give_back_cell, Algorithm, Step};
 
 /// Groups a key may live in: its home group and an independent second choice.
 pub(super) const PROBE_GROUPS: usize = 2;
@@ -72,14 +72,15 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
     }
 
     /// The decision for hash `h`: find the key's slot (lock-free) and run the
-    /// shared CAS loop on it, or place the key.
+    /// shared CAS loop on it, or place the key. Also returns the state word the
+    /// decision was made on (for a give-back).
     pub(super) fn run(
         &self,
         h: u64,
         n: u64,
         now: u64,
         consume: bool,
-    ) -> Result<Step, InsufficientCapacity> {
+    ) -> Result<(Step, u64), InsufficientCapacity> {
         let probe = self.probe(h);
         loop {
             if let Some((slot, v)) = Self::find(&probe) {
@@ -87,7 +88,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
                 // Parameters are read after the slot, as in the single limiter
                 // (limiter.rs explains why the order matters for `set_quota`).
                 match apply_cell::<A, _>(&cell, v, || self.params(), now, n, consume)? {
-                    Some((step, _)) => return Ok(step),
+                    Some(done) => return Ok(done),
                     // Another key took the slot over: look again.
                     None => continue,
                 }
@@ -96,11 +97,22 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
                 let p = self.params();
                 check_capacity::<A>(&p, n)?;
                 let start = self.sketch.start::<A>(&p, probe.fp, now);
-                return Ok(A::decide(&p, start, now, n));
+                return Ok((A::decide(&p, start, now, n), start));
             }
             if let Some(step) = self.place(&probe, n, now)? {
                 return Ok(step);
             }
+        }
+    }
+
+    /// Gives back `n` units of the admission `prev -> next` of the key with hash
+    /// `h` (a compound's all-or-nothing undo). A key no longer in the table gets
+    /// nothing back: its charged state may already be in the sketch.
+    pub(super) fn give_back(&self, h: u64, n: u64, taken: (u64, u64), now: impl Fn() -> u64) {
+        let probe = self.probe(h);
+        if let Some((slot, v)) = Self::find(&probe) {
+            let cell = KeySlot { slot, fp: probe.fp };
+            give_back_cell::<A, _>(&cell, v, || self.params(), n, taken, now);
         }
     }
 
@@ -111,7 +123,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
         probe: &Probe<'_>,
         n: u64,
         now: u64,
-    ) -> Result<Option<Step>, InsufficientCapacity> {
+    ) -> Result<Option<(Step, u64)>, InsufficientCapacity> {
         probe.window[0].lock();
         let outcome = self.place_locked(probe, n, now);
         probe.window[0].unlock();
@@ -123,7 +135,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
         probe: &Probe<'_>,
         n: u64,
         now: u64,
-    ) -> Result<Option<Step>, InsufficientCapacity> {
+    ) -> Result<Option<(Step, u64)>, InsufficientCapacity> {
         let Probe { fp, home, .. } = *probe;
         loop {
             if Self::find(probe).is_some() {
@@ -139,7 +151,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
             let step = A::decide(&p, start, now, n);
             let Some(next) = step.next else {
                 // Denied (or a cost of 0): nothing to remember, no slot taken.
-                return Ok(Some(step));
+                return Ok(Some((step, start)));
             };
             // Per candidate group: its first empty slot, its first fresh one, and how
             // many it has of either. The new key goes to the group with more room
@@ -182,21 +194,24 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
                     }
                     FullPolicy::EvictStalest | FullPolicy::Reject => {
                         self.stats.count(home, Event::Rejected);
-                        return Ok(Some(Step {
-                            decision: Decision {
-                                allowed: false,
-                                remaining: 0,
-                                retry_after_ns: left,
-                                reset_after_ns: left,
-                                limit: A::capacity(&p),
+                        return Ok(Some((
+                            Step {
+                                decision: Decision {
+                                    allowed: false,
+                                    remaining: 0,
+                                    retry_after_ns: left,
+                                    reset_after_ns: left,
+                                    limit: A::capacity(&p),
+                                },
+                                next: None,
+                                delay_ns: 0,
                             },
-                            next: None,
-                            delay_ns: 0,
-                        }));
+                            start,
+                        )));
                     }
                     FullPolicy::AllowUnlimited => {
                         self.stats.count(home, Event::Unlimited);
-                        return Ok(Some(Step { next: None, ..step }));
+                        return Ok(Some((Step { next: None, ..step }, start)));
                     }
                 },
                 // Every probed slot was empty, fresh or live: unreachable, but a
@@ -206,7 +221,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
             let (slot, v) = target;
             if slot.cas(v, claimed(v, fp, next)) {
                 self.stats.count(home, event);
-                return Ok(Some(step));
+                return Ok(Some((step, start)));
             }
             // The slot changed under us (its owner checked, or a key from another
             // home group took it): choose again.
