@@ -50,7 +50,12 @@ fn run(case: &Case, budget: u64) -> Outcome {
     let innocent_per_ms = fill(1) * INNOCENT_SHARE;
     let flood_share = case.load - INNOCENT_SHARE - VICTIMS as f64 / case.capacity as f64;
     let per_ms = fill(case.cost) * flood_share.max(0.0);
-    let ms = ((budget as f64 / (per_ms + innocent_per_ms + 20.0)) as u64).clamp(50, 100_000);
+    // Long enough for the flood to turn the table over twice (a flood key lives
+    // cost × 100 ms), and for the budget of checks.
+    let lifetime_ms = case.cost * 1000 / RATE;
+    let ms = ((budget as f64 / (per_ms + innocent_per_ms + 20.0)) as u64)
+        .max(2 * lifetime_ms)
+        .clamp(50, 100_000);
     let victims: Vec<AtomicU64> = (0..VICTIMS).map(|_| AtomicU64::new(0)).collect();
     let (innocents, denied) = (AtomicU64::new(0), AtomicU64::new(0));
     // The threads share one simulated clock: they meet every few ms, so no thread's
