@@ -40,7 +40,7 @@
 //! An evicted key must not come back with a fresh limit: a flood of new keys
 //! would otherwise reset a victim's limit again and again. So an eviction first
 //! folds the evicted state into the table's **sketch**, a fixed array of state
-//! words (1 byte per slot, between 512 bytes and 256 KiB, allocated with the
+//! words (at most a quarter byte per slot, 512 bytes to 256 KiB, allocated with the
 //! table), at three cells picked by independent mixes of the key's fingerprint;
 //! each cell keeps a state at least as restrictive as every state folded into it
 //! ([`Algorithm::join`]). A key that is not in the table starts from the least

@@ -30,9 +30,9 @@ use crate::sync::{order, AtomicU64};
 /// Cells per evicted key.
 pub(super) const HASHES: usize = 3;
 #[cfg(feature = "alloc")]
-/// Cells per table slot (rounded to a power of two, between [`MIN_CELLS`] and
-/// [`MAX_CELLS`]): 1 byte per slot.
-const SLOTS_PER_CELL: usize = 8;
+/// Slots per cell, at least (the count is rounded down to a power of two, between
+/// [`MIN_CELLS`] and [`MAX_CELLS`]): at most a quarter byte per slot.
+const SLOTS_PER_CELL: usize = 32;
 #[cfg(feature = "alloc")]
 /// The fewest cells of a table (512 bytes).
 pub(super) const MIN_CELLS: usize = 64;
@@ -43,10 +43,12 @@ pub(super) const MAX_CELLS: usize = 1 << 15;
 #[cfg(feature = "alloc")]
 /// Cells of a table of `slots` slots.
 pub(super) fn cells_for(slots: usize) -> usize {
-    (slots / SLOTS_PER_CELL)
-        .checked_next_power_of_two()
-        .unwrap_or(MAX_CELLS)
-        .clamp(MIN_CELLS, MAX_CELLS)
+    let cells = slots / SLOTS_PER_CELL;
+    let pow2 = match cells.checked_ilog2() {
+        Some(log) => 1 << log,
+        None => 0,
+    };
+    pow2.clamp(MIN_CELLS, MAX_CELLS)
 }
 
 /// The cells: allocated with a heap-backed table; none for a table over
