@@ -5,8 +5,9 @@ use sluicegate::keyed::{AnyKeyed, FullPolicy};
 use sluicegate::InsufficientCapacity;
 
 use crate::boundary::{guard, guard_void};
-use crate::config::{sluicegate_config, LimitConfig};
+use crate::config::sluicegate_config;
 use crate::handle::{borrow, bytes, free, publish, write};
+use crate::limit::LimitConfig;
 use crate::limiter::{answer, clock, sluicegate_decision, Clk};
 use crate::status::sluicegate_status::{self, *};
 
