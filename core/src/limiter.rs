@@ -225,7 +225,7 @@ impl StateCell for AtomicU64 {
 /// word is loaded: see the module docs for why that order matters. With `consume`
 /// false nothing is written. Returns the step and the word it was decided on, or
 /// `None` when the cell stopped holding the state (see [`StateCell::state`]).
-#[inline]
+#[inline(always)]
 pub(crate) fn apply_cell<A: Algorithm, W: StateCell>(
     cell: &W,
     mut raw: W::Raw,

@@ -70,11 +70,11 @@ pub(super) struct KeySlot<'a> {
 
 impl StateCell for KeySlot<'_> {
     type Raw = u128;
-    #[inline]
+    #[inline(always)]
     fn state(&self, raw: u128) -> Option<u64> {
         (fp_of(raw) == self.fp).then_some(state_of(raw))
     }
-    #[inline]
+    #[inline(always)]
     fn swap_state(&self, current: u128, next: u64) -> Result<(), u128> {
         self.slot
             .0

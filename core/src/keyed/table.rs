@@ -74,6 +74,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
     /// The decision for hash `h`: find the key's slot (lock-free) and run the
     /// shared CAS loop on it, or place the key. Also returns the state word the
     /// decision was made on (for a give-back).
+    #[inline]
     pub(super) fn run(
         &self,
         h: u64,
