@@ -7,7 +7,7 @@ mod model;
 
 use core::time::Duration;
 
-use model::{window_max_count, LOG_MAX_CAPACITY, NEVER};
+use model::{sliding_max_limit, window_max_count, LOG_MAX_CAPACITY, NEVER, WIDE_MAX_LIMIT};
 use proptest::prelude::*;
 use sluicegate::{
     Compound, ConfigError, Decision, Fixed, FixedWindow, Gcra, InsufficientCapacity, LeakyBucket,
@@ -204,7 +204,12 @@ fn limits_too_large_for_the_layout_give_the_exact_maximum() {
         u64::MAX,
     ] {
         for (counts, name) in [(1, "fixed"), (2, "sliding")] {
-            let max = window_max_count(window, counts);
+            // The sliding window takes the wide layout past the whole index.
+            let max = if counts == 1 {
+                window_max_count(window, 1)
+            } else {
+                sliding_max_limit(window)
+            };
             let build = |limit: u64| {
                 let q = Quota::from_nanos(limit, window);
                 if counts == 1 {
@@ -263,6 +268,16 @@ fn full_counts_at_the_last_window_of_time_stay_in_their_field() {
         assert!(w.check_n_at(max, last.saturating_sub(1)).unwrap().allowed || last == 0);
         assert!(w.check_n_at(max, u64::MAX).unwrap().remaining <= max);
         assert!(!w.check_at(0).allowed || last == 0 && window == u64::MAX);
+
+        // The wide layout (index modulo 2²⁴) at the end of time.
+        if max < WIDE_MAX_LIMIT {
+            let w =
+                SlidingWindow::with_clock(Quota::from_nanos(WIDE_MAX_LIMIT, window), ()).unwrap();
+            assert!(w.params().wraps());
+            assert!(w.check_n_at(WIDE_MAX_LIMIT, u64::MAX).unwrap().allowed);
+            let d = w.check_at(u64::MAX);
+            assert!(!d.allowed && d.remaining == 0, "{window}: {d:?}");
+        }
     }
 }
 
