@@ -429,23 +429,70 @@ fn costs_above_capacity_are_errors_not_denials() {
 }
 
 #[test]
-fn the_end_of_time_denies_the_bucket_and_keeps_windows_working() {
-    let tb = TokenBucket::with_clock(Quota::per_second(3), ()).unwrap();
-    // A schedule past u64::MAX cannot be stored: denied, never admitted later.
-    let d = tb.check_at(u64::MAX);
+fn the_end_of_time_keeps_a_fresh_bucket_full_and_windows_working() {
+    // Issue 11 item 4: a fresh bucket is full at every instant, the last ones too
+    // (was: denied at u64::MAX − 1, one admitted at u64::MAX − 10 ms). Time stops
+    // one refill before the end (the horizon); nothing refills after it.
+    let q = Quota::per_second(100).burst(20);
+    for now in [
+        u64::MAX,
+        u64::MAX - 1,
+        u64::MAX - 10_000_000,
+        u64::MAX - 200_000_000,
+    ] {
+        let tb = TokenBucket::with_clock(q, ()).unwrap();
+        let lb = LeakyBucket::with_clock(q, ()).unwrap();
+        let sh = Shaper::with_clock(q, 0, ()).unwrap();
+        let delayed = Shaper::with_clock(q, 100_000_000, ()).unwrap();
+        let keyed = sluicegate::keyed::KeyedLimiter::<Gcra, ()>::with_clock(q, 16, ()).unwrap();
+        for i in 0..20 {
+            for d in [
+                tb.check_at(now),
+                lb.check_at(now),
+                *sh.reserve_at(now).decision(),
+                *delayed.reserve_at(now).decision(),
+                keyed.check_at(&"k", now),
+            ] {
+                assert!(d.allowed && d.remaining <= d.limit, "{now} unit {i}: {d:?}");
+            }
+        }
+        for d in [
+            tb.check_at(now),
+            lb.check_at(now),
+            keyed.check_at(&"k", now),
+        ] {
+            // Time has stopped: never again, and never full again.
+            assert_eq!(
+                (d.allowed, d.remaining, d.retry_after_ns),
+                (false, 0, NEVER),
+                "{d:?}"
+            );
+        }
+        // The shaper's 100 ms of delay: ten more, 10 ms apart, then never.
+        for i in 1..=10 {
+            let r = delayed.reserve_at(now);
+            assert!(
+                r.granted() && r.delay_ns() == i * 10_000_000,
+                "{now}: {r:?}"
+            );
+        }
+        assert!(!delayed.reserve_at(now).granted());
+    }
+    // Before the horizon, time still moves: 200 ms later the bucket is full again.
+    let tb = TokenBucket::with_clock(q, ()).unwrap();
+    let t = u64::MAX - 400_000_000;
+    assert!(tb.check_n_at(20, t).unwrap().allowed);
+    let d = tb.check_at(t);
     assert_eq!(
-        (d.allowed, d.remaining, d.retry_after_ns),
-        (false, 0, NEVER),
-        "{d:?}"
+        (d.allowed, d.retry_after_ns, d.reset_after_ns),
+        (false, 10_000_000, 200_000_000)
     );
-    assert_eq!(tb.state_word(), 0, "a denial wrote nothing");
-    // Near the end: only what fits before it.
-    let t = u64::MAX - 700_000_000; // room for two units of 333 ms
-    let d = tb.check_at(t);
-    assert!(d.allowed && d.remaining == 1, "{d:?}");
-    assert!(tb.check_at(t).allowed);
-    let d = tb.check_at(t);
-    assert_eq!((d.allowed, d.retry_after_ns), (false, NEVER), "{d:?}");
+    assert!(tb.check_n_at(20, t + 200_000_000).unwrap().allowed);
+    // A refill longer than 2⁶³ ns keeps its horizon at 2⁶³: what does not fit
+    // before the end of time is denied, as before.
+    let slow = TokenBucket::with_clock(Quota::per_day(1).burst(213_503), ()).unwrap();
+    assert!(slow.check_n_at(1, u64::MAX).unwrap().allowed);
+    assert!(!slow.check_n_at(213_503, u64::MAX).unwrap().allowed);
 
     let fw = FixedWindow::with_clock(Quota::per_second(3), ()).unwrap();
     let sw = SlidingWindow::with_clock(Quota::per_second(3), ()).unwrap();

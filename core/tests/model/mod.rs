@@ -198,7 +198,9 @@ pub trait Model: Clone + core::fmt::Debug {
 ///
 /// With `slack` (the shaper's max delay) a request is granted when its scheduled
 /// start — the first instant the bucket has room for it — is at most `slack` away.
-/// A bucket whose full instant would pass `u64::MAX` denies (documented).
+/// Time stops at the horizon `u64::MAX − min(b·T + slack, 2⁶³)`: a later `t` is
+/// decided at the horizon (documented), so a fresh bucket is full at every instant;
+/// a bucket whose full instant would still pass `u64::MAX` denies.
 #[derive(Clone, Debug)]
 pub struct Bucket {
     /// Emission interval `T` in ns.
@@ -261,8 +263,21 @@ impl Bucket {
         Ok(())
     }
 
+    /// The documented horizon: time stops at `u64::MAX − min(b·T + slack, 2⁶³)`,
+    /// so every full instant fits in a word.
+    pub fn horizon(&self) -> u64 {
+        let k = (self.size() + self.slack as u128).min(1 << 63);
+        (MAX - k) as u64
+    }
+
+    /// The time the bucket decides at: `t`, or the horizon past it.
+    pub fn at(&self, t: u64) -> u64 {
+        t.min(self.horizon())
+    }
+
     /// The fluid level at `t`, in ns.
     pub fn level(&self, t: u64) -> u128 {
+        let t = self.at(t);
         match self.last {
             None => 0,
             Some((s, level)) if t >= s => level.saturating_sub((t - s) as u128),
@@ -282,6 +297,7 @@ impl Bucket {
     /// `t` (queued behind everything before it), and it may begin once the bucket,
     /// itself included, has drained back to its capacity.
     pub fn start(&self, t: u64, n: u64) -> Option<u64> {
+        let t = self.at(t);
         if self.slack == 0 {
             // Only "now" matters; skip the search.
             return self.has_room(t, n).then_some(t);
@@ -299,7 +315,7 @@ impl Bucket {
 
     /// The instant the bucket is empty again after admitting `n` at `t` fits in u64.
     fn fits_in_time(&self, t: u64, n: u64) -> bool {
-        t as u128 + self.level(t) + n as u128 * self.t as u128 <= MAX
+        self.at(t) as u128 + self.level(t) + n as u128 * self.t as u128 <= MAX
     }
 
     /// A leaky meter's level in units, rounded up.
@@ -316,7 +332,7 @@ impl Bucket {
 
     /// The delay a granted reservation must wait.
     pub fn delay(&self, t: u64, n: u64) -> u64 {
-        self.start(t, n).map_or(0, |s| s - t)
+        self.start(t, n).map_or(0, |s| s - self.at(t))
     }
 
     /// The instant the bucket is (or was) full again: the canonical form of the
@@ -340,15 +356,17 @@ impl Model for Bucket {
     fn capacity(&self) -> u64 {
         self.burst.saturating_add(self.slack / self.t)
     }
+    /// The largest cost granted at once (the shaper's `b + ⌊slack / T⌋`), so that
+    /// `remaining ≤ limit`.
     fn limit(&self) -> u64 {
-        self.burst
+        self.capacity()
     }
     fn admits(&self, t: u64, n: u64) -> bool {
         self.within_slack(t, n) && self.fits_in_time(t, n)
     }
     fn commit(&mut self, t: u64, n: u64) {
         let level = self.level(t) + n as u128 * self.t as u128;
-        self.last = Some((t, level));
+        self.last = Some((self.at(t), level));
     }
     fn is_full(&self, t: u64) -> bool {
         self.level(t) == 0
@@ -1163,6 +1181,7 @@ pub fn drive<A: Algorithm, M: Model + Reconfigure>(
             t
         );
         if let Ok(d) = got {
+            prop_assert!(d.remaining <= d.limit, "step {}: {:?}", i, d);
             if consume && d.allowed && n > 0 {
                 admitted.push((t, n));
             }
