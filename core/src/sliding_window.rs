@@ -52,8 +52,10 @@
 //! misreading lasts until `d` leaves `{0, 1}` or the back band, at most `G + 2`
 //! windows, and happens only to a word idle for a gap within those windows of a
 //! multiple of `M·W` (at 1 ms: `M·W` ≈ 4.7 hours, `G` = 1,000 windows).
-//! Backwards jumps of more than `G` windows cannot be told from a long idle: like
-//! any time from an earlier window, they are decided as the word reads. A keyed
+//! A backwards jump of more than `G` windows cannot be told from a long idle and
+//! is read as one (possibly as an empty window): the wide layout's one departure
+//! from "no time passes", for a clock that jumps back by more than max(1 s, 2
+//! windows); the whole index has none. A keyed
 //! table recycles a wide word only when it reads as empty (see [`Sliding`]'s
 //! `is_fresh`), which drops only the spurious restriction.
 //!
@@ -69,7 +71,7 @@ use crate::quota::Quota;
 use crate::word::Layout;
 
 /// The largest limit of the wide layout (20 bits per count), for windows of any
-/// length; windows of an hour or more hold more with the whole index.
+/// length; windows over 2⁴² ns (73 minutes) hold more with the whole index.
 ///
 /// ```
 /// use sluicegate::{sliding_window::WIDE_MAX_LIMIT, Quota, SlidingWindow};
