@@ -11,7 +11,7 @@
 //! | [`LeakyBucket`] | leaky bucket meter | level + `n` ≤ capacity |
 //! | [`Shaper`] | leaky bucket shaper | the request's start, spaced `period/amount` apart, is ≤ max delay away (returns the delay) |
 //! | [`FixedWindow`] | fixed window | count in the aligned window + `n` ≤ limit |
-//! | [`SlidingWindow`] | sliding window counter | `⌊prev·(W−e)/W⌋ + cur + n ≤ limit` |
+//! | [`SlidingWindow`] | sliding window counter | `prev·(W−e) + (cur+n)·W ≤ limit·W`: exactly `prev·(W−e)/W + cur + n ≤ limit` |
 //! | [`SlidingLog`] | sliding window log (alloc) | fewer than `limit − n + 1` admissions in `(t − W, t]` |
 //! | [`Compound`] | several of one kind | every limit allows (all-or-nothing) |
 //!

@@ -8,6 +8,21 @@
 //! from now; it is granted iff `delay ≤ max_delay`, and then `F = max(F, now) + n·T`.
 //! The largest cost ever granted is `b + ⌊max_delay / T⌋`.
 //!
+//! # Decision fields
+//! `limit` is that largest cost, `b + ⌊max_delay / T⌋`: the most units granted at
+//! once, a request above it is an [`InsufficientCapacity`] error. `remaining` is how
+//! many units a reservation could be granted right now (some of them delayed), so
+//! `remaining ≤ limit` always; with a max delay of 0 both are the bucket's. E.g.
+//! 10/s with burst 1 and a max delay of 0.5 s: `limit` 6, and a fresh shaper's first
+//! reservation leaves `remaining` 5.
+//!
+//! ```
+//! use sluicegate::{Quota, Shaper};
+//! let s = Shaper::with_clock(Quota::per_second(10).burst(1), 500_000_000, ()).unwrap();
+//! let d = *s.reserve_at(0).decision();
+//! assert_eq!((d.remaining, d.limit), (5, 6));
+//! ```
+//!
 //! # Cancelling
 //! [`Shaper::cancel_at`] gives a reservation back exactly, as if it had never been
 //! made, but only while it is still the latest one. Once a later reservation exists
@@ -127,15 +142,15 @@ impl Algorithm for Shaping {
     fn decide(p: &ShaperParams, word: u64, now: u64, n: u64) -> Step {
         p.gcra.decide(word, now, n, p.max_delay_ns)
     }
-    fn is_fresh(_: &ShaperParams, word: u64, now: u64) -> bool {
-        word <= now
+    fn is_fresh(p: &ShaperParams, word: u64, now: u64) -> bool {
+        p.gcra.is_full(word, now, p.max_delay_ns)
     }
     /// The later of two instants at which the bucket is full again.
     fn join(_: &ShaperParams, a: u64, b: u64, _now: u64) -> Option<u64> {
         Some(a.max(b))
     }
     fn give_back(p: &ShaperParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
-        p.gcra.give_back(word, n, next, now)
+        p.gcra.give_back(word, n, next, now, p.max_delay_ns)
     }
 }
 
@@ -290,11 +305,18 @@ impl<C> Shaper<C> {
     pub fn reserve_n_at(&self, n: u64, now: u64) -> Result<Reservation, InsufficientCapacity> {
         let (step, prev) = self.core.run(now, n, true)?;
         // The slot starts where `decide` put it, at max(F, now) for the word F the
-        // compare-and-swap replaced. Not `end − n·T` with `T` read again: a
+        // compare-and-swap replaced (`now` capped at the horizon, where time stops:
+        // see the token bucket's docs). Not `end − n·T` with `T` read again: a
         // `set_quota` racing this call may have changed `T` since the decision, and
-        // a cancel would then give back a different amount than was taken.
+        // a cancel would then give back a different amount than was taken. The
+        // horizon is read again, but only matters within one refill of the end of
+        // time; capped at `end`, a cancel never leaves more than it found.
         let (base, end) = match step.next {
-            Some(end) => (prev.max(now), end),
+            Some(end) => {
+                let p = self.core.params();
+                let now = now.min(p.gcra.horizon(p.max_delay_ns));
+                (prev.max(now).min(end), end)
+            }
             None => (0, 0),
         };
         Ok(Reservation {

@@ -9,8 +9,18 @@
 //!
 //! Guarantees: over any interval of length `Δ`, admitted units ≤ `b + Δ/T`
 //! (`≤ b + r·Δ/P`). A timestamp earlier than one already seen only finds fewer
-//! tokens (never extra). A word that would pass `u64::MAX` nanoseconds (584 years
-//! from the clock's epoch) is not stored: that request is denied.
+//! tokens (never extra).
+//!
+//! # The end of time
+//! `F` may lie up to `b·T` after `now`, and the word holds instants up to
+//! `u64::MAX` only. So time stops at the *horizon* `u64::MAX − b·T` (584 years
+//! from the clock's epoch, less one refill): a later timestamp is decided at the
+//! horizon, as a timestamp from the past is decided with no time passing. Every
+//! `F` then fits, and a fresh or idle bucket is full at every `u64` instant, the
+//! last ones included; a bucket with debt past the horizon stays in debt (its
+//! `retry_after`/`reset_after` read `u64::MAX`, never). A refill time `b·T` above
+//! 2⁶³ ns (292 years) leaves the horizon at 2⁶³: a request whose `F` would then
+//! pass `u64::MAX` is denied.
 //!
 //! Reconfiguration keeps `F`: the time until the bucket is full again is carried
 //! over, so a bucket that was full stays full under the new quota, and units spent
@@ -117,10 +127,23 @@ impl GcraParams {
         }
     }
 
+    /// The last instant at which time still moves for a bucket with `slack_ns`
+    /// extra tolerance: `u64::MAX − min(b·T + slack, 2⁶³)`. Later timestamps are
+    /// decided at it (no time passes), so a full instant `F ≤ horizon + b·T +
+    /// slack` always fits in the word, and a fresh bucket is full at every `u64`
+    /// instant.
+    #[inline]
+    pub(crate) const fn horizon(&self, slack_ns: u64) -> u64 {
+        let k = self.tau.saturating_add(slack_ns);
+        u64::MAX - if k > 1 << 63 { 1 << 63 } else { k }
+    }
+
     /// The GCRA decision, with `slack_ns` extra tolerance (the shaper's max delay;
     /// 0 for the bucket). Returns the step and the delay before the request conforms.
     #[inline]
     pub(crate) fn decide(&self, f: u64, now: u64, n: u64, slack_ns: u64) -> Step {
+        let horizon = self.horizon(slack_ns);
+        let now = if now > horizon { horizon } else { now };
         let t = self.t as u128;
         let tau = self.tau as u128;
         let base = if f > now { f } else { now };
@@ -129,6 +152,16 @@ impl GcraParams {
         // The request conforms `delay` from now (0 if it conforms already).
         let delay = (debt + need).saturating_sub(tau);
         let new_f = base as u128 + need;
+        // The largest cost ever granted at once: `b + ⌊slack / T⌋`.
+        let limit = self.burst.saturating_add(slack_ns / self.t);
+        // Time stops at the horizon: a full instant past it is never reached.
+        let until = |at: u128| {
+            if at > horizon as u128 {
+                u64::MAX
+            } else {
+                (at - now as u128) as u64
+            }
+        };
         if delay <= slack_ns as u128 && new_f <= u64::MAX as u128 {
             let new_debt = debt + need;
             let remaining = room(tau + slack_ns as u128, new_debt, new_f, t);
@@ -137,27 +170,27 @@ impl GcraParams {
                     allowed: true,
                     remaining,
                     retry_after_ns: 0,
-                    reset_after_ns: new_debt as u64,
-                    limit: self.burst,
+                    reset_after_ns: until(new_f),
+                    limit,
                 },
                 next: if n == 0 { None } else { Some(new_f as u64) },
                 delay_ns: delay as u64,
             }
         } else {
             let remaining = room(tau + slack_ns as u128, debt, base as u128, t);
-            // Past the end of time the retry is "never": saturate.
+            // Past the end of time (or the horizon) the retry is "never".
             let retry = if new_f > u64::MAX as u128 {
-                u64::MAX as u128
+                u64::MAX
             } else {
-                delay - slack_ns as u128
+                until(now as u128 + delay - slack_ns as u128)
             };
             Step {
                 decision: Decision {
                     allowed: false,
                     remaining,
-                    retry_after_ns: retry.min(u64::MAX as u128) as u64,
-                    reset_after_ns: debt as u64,
-                    limit: self.burst,
+                    retry_after_ns: retry,
+                    reset_after_ns: until(base as u128),
+                    limit,
                 },
                 next: None,
                 delay_ns: 0,
@@ -168,12 +201,18 @@ impl GcraParams {
     /// Gives back `n` units: `F − n·T`, less whatever time passed since the
     /// admission's base instant `next − n·T`, because units whose debt has already
     /// drained are not owed. See [`crate::compound`] for the bound.
-    pub(crate) fn give_back(&self, word: u64, n: u64, next: u64, now: u64) -> u64 {
+    pub(crate) fn give_back(&self, word: u64, n: u64, next: u64, now: u64, slack_ns: u64) -> u64 {
+        let now = now.min(self.horizon(slack_ns));
         let spent = (n as u128 * self.t as u128).min(u64::MAX as u128) as u64;
         let base = next.saturating_sub(spent);
         let drained = now.saturating_sub(base);
         let credit = spent.saturating_sub(drained);
         word.saturating_sub(credit)
+    }
+
+    /// Whether the bucket is full at `now` for good (see [`Self::horizon`]).
+    pub(crate) fn is_full(&self, word: u64, now: u64, slack_ns: u64) -> bool {
+        word <= now.min(self.horizon(slack_ns))
     }
 }
 
@@ -218,15 +257,15 @@ impl Algorithm for Gcra {
     fn decide(p: &GcraParams, word: u64, now: u64, n: u64) -> Step {
         p.decide(word, now, n, 0)
     }
-    fn is_fresh(_: &GcraParams, word: u64, now: u64) -> bool {
-        word <= now
+    fn is_fresh(p: &GcraParams, word: u64, now: u64) -> bool {
+        p.is_full(word, now, 0)
     }
     /// The later of two instants at which the bucket is full again.
     fn join(_: &GcraParams, a: u64, b: u64, _now: u64) -> Option<u64> {
         Some(a.max(b))
     }
     fn give_back(p: &GcraParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
-        p.give_back(word, n, next, now)
+        p.give_back(word, n, next, now, 0)
     }
 }
 
@@ -265,15 +304,15 @@ impl Algorithm for Leaky {
     fn decide(p: &GcraParams, word: u64, now: u64, n: u64) -> Step {
         p.decide(word, now, n, 0)
     }
-    fn is_fresh(_: &GcraParams, word: u64, now: u64) -> bool {
-        word <= now
+    fn is_fresh(p: &GcraParams, word: u64, now: u64) -> bool {
+        p.is_full(word, now, 0)
     }
     /// The later of two instants at which the bucket is full again.
     fn join(_: &GcraParams, a: u64, b: u64, _now: u64) -> Option<u64> {
         Some(a.max(b))
     }
     fn give_back(p: &GcraParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
-        p.give_back(word, n, next, now)
+        p.give_back(word, n, next, now, 0)
     }
 }
 
@@ -292,7 +331,7 @@ impl<C> crate::limiter::Limiter<Leaky, C> {
     /// ```
     pub fn level_at(&self, now: u64) -> u64 {
         let p = self.params();
-        let debt = self.state_word().saturating_sub(now);
+        let debt = self.state_word().saturating_sub(now.min(p.horizon(0)));
         debt.div_ceil(p.t)
     }
 }

@@ -15,6 +15,11 @@
 //! can change at runtime up to `2^c − 1`. A one-second window gives a fixed window
 //! up to 536,870,911 per second and a sliding window up to 16,383 per second; a
 //! one-minute window, 131,071 per minute sliding; longer windows allow more.
+//!
+//! A sliding window whose limit does not fit next to the whole index takes the
+//! *wide* layout instead: `c = 20` (up to 1,048,575 per window of any length) and
+//! the index stored modulo `2²⁴`. How a wrapped index is read, and why a stale one
+//! can only make a decision more restrictive, is in [`crate::sliding_window`].
 
 use crate::error::ConfigError;
 

@@ -7,7 +7,7 @@ mod model;
 
 use core::time::Duration;
 
-use model::{window_max_count, LOG_MAX_CAPACITY, NEVER};
+use model::{sliding_max_limit, window_max_count, LOG_MAX_CAPACITY, NEVER, WIDE_MAX_LIMIT};
 use proptest::prelude::*;
 use sluicegate::{
     Compound, ConfigError, Decision, Fixed, FixedWindow, Gcra, InsufficientCapacity, LeakyBucket,
@@ -204,7 +204,12 @@ fn limits_too_large_for_the_layout_give_the_exact_maximum() {
         u64::MAX,
     ] {
         for (counts, name) in [(1, "fixed"), (2, "sliding")] {
-            let max = window_max_count(window, counts);
+            // The sliding window takes the wide layout past the whole index.
+            let max = if counts == 1 {
+                window_max_count(window, 1)
+            } else {
+                sliding_max_limit(window)
+            };
             let build = |limit: u64| {
                 let q = Quota::from_nanos(limit, window);
                 if counts == 1 {
@@ -263,6 +268,16 @@ fn full_counts_at_the_last_window_of_time_stay_in_their_field() {
         assert!(w.check_n_at(max, last.saturating_sub(1)).unwrap().allowed || last == 0);
         assert!(w.check_n_at(max, u64::MAX).unwrap().remaining <= max);
         assert!(!w.check_at(0).allowed || last == 0 && window == u64::MAX);
+
+        // The wide layout (index modulo 2²⁴) at the end of time.
+        if max < WIDE_MAX_LIMIT {
+            let w =
+                SlidingWindow::with_clock(Quota::from_nanos(WIDE_MAX_LIMIT, window), ()).unwrap();
+            assert!(w.params().wraps());
+            assert!(w.check_n_at(WIDE_MAX_LIMIT, u64::MAX).unwrap().allowed);
+            let d = w.check_at(u64::MAX);
+            assert!(!d.allowed && d.remaining == 0, "{window}: {d:?}");
+        }
     }
 }
 
@@ -414,23 +429,70 @@ fn costs_above_capacity_are_errors_not_denials() {
 }
 
 #[test]
-fn the_end_of_time_denies_the_bucket_and_keeps_windows_working() {
-    let tb = TokenBucket::with_clock(Quota::per_second(3), ()).unwrap();
-    // A schedule past u64::MAX cannot be stored: denied, never admitted later.
-    let d = tb.check_at(u64::MAX);
+fn the_end_of_time_keeps_a_fresh_bucket_full_and_windows_working() {
+    // Issue 11 item 4: a fresh bucket is full at every instant, the last ones too
+    // (was: denied at u64::MAX − 1, one admitted at u64::MAX − 10 ms). Time stops
+    // one refill before the end (the horizon); nothing refills after it.
+    let q = Quota::per_second(100).burst(20);
+    for now in [
+        u64::MAX,
+        u64::MAX - 1,
+        u64::MAX - 10_000_000,
+        u64::MAX - 200_000_000,
+    ] {
+        let tb = TokenBucket::with_clock(q, ()).unwrap();
+        let lb = LeakyBucket::with_clock(q, ()).unwrap();
+        let sh = Shaper::with_clock(q, 0, ()).unwrap();
+        let delayed = Shaper::with_clock(q, 100_000_000, ()).unwrap();
+        let keyed = sluicegate::keyed::KeyedLimiter::<Gcra, ()>::with_clock(q, 16, ()).unwrap();
+        for i in 0..20 {
+            for d in [
+                tb.check_at(now),
+                lb.check_at(now),
+                *sh.reserve_at(now).decision(),
+                *delayed.reserve_at(now).decision(),
+                keyed.check_at(&"k", now),
+            ] {
+                assert!(d.allowed && d.remaining <= d.limit, "{now} unit {i}: {d:?}");
+            }
+        }
+        for d in [
+            tb.check_at(now),
+            lb.check_at(now),
+            keyed.check_at(&"k", now),
+        ] {
+            // Time has stopped: never again, and never full again.
+            assert_eq!(
+                (d.allowed, d.remaining, d.retry_after_ns),
+                (false, 0, NEVER),
+                "{d:?}"
+            );
+        }
+        // The shaper's 100 ms of delay: ten more, 10 ms apart, then never.
+        for i in 1..=10 {
+            let r = delayed.reserve_at(now);
+            assert!(
+                r.granted() && r.delay_ns() == i * 10_000_000,
+                "{now}: {r:?}"
+            );
+        }
+        assert!(!delayed.reserve_at(now).granted());
+    }
+    // Before the horizon, time still moves: 200 ms later the bucket is full again.
+    let tb = TokenBucket::with_clock(q, ()).unwrap();
+    let t = u64::MAX - 400_000_000;
+    assert!(tb.check_n_at(20, t).unwrap().allowed);
+    let d = tb.check_at(t);
     assert_eq!(
-        (d.allowed, d.remaining, d.retry_after_ns),
-        (false, 0, NEVER),
-        "{d:?}"
+        (d.allowed, d.retry_after_ns, d.reset_after_ns),
+        (false, 10_000_000, 200_000_000)
     );
-    assert_eq!(tb.state_word(), 0, "a denial wrote nothing");
-    // Near the end: only what fits before it.
-    let t = u64::MAX - 700_000_000; // room for two units of 333 ms
-    let d = tb.check_at(t);
-    assert!(d.allowed && d.remaining == 1, "{d:?}");
-    assert!(tb.check_at(t).allowed);
-    let d = tb.check_at(t);
-    assert_eq!((d.allowed, d.retry_after_ns), (false, NEVER), "{d:?}");
+    assert!(tb.check_n_at(20, t + 200_000_000).unwrap().allowed);
+    // A refill longer than 2⁶³ ns keeps its horizon at 2⁶³: what does not fit
+    // before the end of time is denied, as before.
+    let slow = TokenBucket::with_clock(Quota::per_day(1).burst(213_503), ()).unwrap();
+    assert!(slow.check_n_at(1, u64::MAX).unwrap().allowed);
+    assert!(!slow.check_n_at(213_503, u64::MAX).unwrap().allowed);
 
     let fw = FixedWindow::with_clock(Quota::per_second(3), ()).unwrap();
     let sw = SlidingWindow::with_clock(Quota::per_second(3), ()).unwrap();

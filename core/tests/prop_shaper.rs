@@ -94,6 +94,9 @@ proptest! {
                     prop_assert_eq!(norm(t, got_decision), norm(t, want), "step {} n={} t={}", i, n, t);
                     if let Ok(r) = got {
                         let d = *r.decision();
+                        // Issue 11: `remaining` counts delayed units too, so `limit`
+                        // is the largest grant, b + ⌊max_delay / T⌋.
+                        prop_assert!(d.remaining <= d.limit && d.limit == capacity, "{:?}", d);
                         let delay = if d.allowed { before.delay(t, n) } else { 0 };
                         prop_assert_eq!(r.delay_ns(), delay, "delay at step {}", i);
                         prop_assert!(delay <= max_delay);
@@ -143,7 +146,11 @@ proptest! {
         let q = q.burst(b);
         let max_delay = t_ns.saturating_mul(k);
         let s = Shaper::with_clock(q, max_delay, ()).unwrap();
-        let room = (u64::MAX - t) / t_ns; // reservations that fit before the end of time
+        // Time stops one refill (plus the max delay, at most 2⁶³) before the end
+        // of time: the schedule always fits after it, unless that refill is longer.
+        let k = (b as u128 * t_ns as u128 + max_delay as u128).min(1 << 63);
+        let at = t.min((u64::MAX as u128 - k) as u64);
+        let room = (u64::MAX - at) / t_ns; // reservations that fit before the end of time
         let expected = (b + max_delay / t_ns).min(room);
         for j in 0..expected {
             let r = s.reserve_at(t);

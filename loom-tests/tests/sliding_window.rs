@@ -23,7 +23,7 @@ fn check(n: u64, now: u64) -> Op {
 #[test]
 fn three_threads_share_the_one_unit_left() {
     loom::model(|| {
-        // 2 in window 0; halfway through window 1 they weigh ⌊2 · 1/2⌋ = 1.
+        // 2 in window 0; halfway through window 1 they weigh 2 · 1/2 = 1.
         let w = window(Quota::per_second(2));
         assert!(w.check_n_at(2, SEC / 2).is_ok_and(|d| d.allowed));
         let before = Reference::of(&*w);
@@ -72,5 +72,28 @@ fn denials_leave_the_word_unchanged() {
         );
         assert_eq!(assert_linearizable(&before, &h, &*w), 0);
         assert_eq!(w.state_word(), full);
+    });
+}
+
+#[test]
+fn the_wide_layout_races_a_rollover_like_the_whole_index() {
+    loom::model(|| {
+        // 20,000 per second does not fit next to the whole index: the window index
+        // is stored modulo 2^24. Window 2^24 reads as the same window as 0 would,
+        // so start just before a wrap of the stored index.
+        let w = window(Quota::per_second(20_000));
+        let base = ((1u64 << 24) - 1) * SEC;
+        assert!(w
+            .check_n_at(19_999, base + SEC / 2)
+            .is_ok_and(|d| d.allowed));
+        let before = Reference::of(&*w);
+        let h = race(
+            &w,
+            vec![
+                vec![check(1, base + SEC - 1), check(5_001, base + 2 * SEC - 1)],
+                vec![check(5_000, base + SEC + SEC / 4)],
+            ],
+        );
+        assert_linearizable(&before, &h, &*w);
     });
 }

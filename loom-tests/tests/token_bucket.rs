@@ -86,3 +86,16 @@ fn callers_at_different_times() {
         assert_eq!(assert_linearizable(&before, &h, &*tb), 1);
     });
 }
+
+#[test]
+fn a_fresh_bucket_at_the_end_of_time_shares_its_whole_burst() {
+    loom::model(|| {
+        // Time stops one refill before u64::MAX; a fresh bucket is full there.
+        let tb = bucket(Quota::per_second(2));
+        let before = Reference::of(&*tb);
+        let end = u64::MAX - 1;
+        let h = race(&tb, vec![vec![one(end)], vec![one(end)], vec![one(end)]]);
+        assert_eq!(assert_linearizable(&before, &h, &*tb), 2);
+        assert_eq!(tb.state_word(), u64::MAX);
+    });
+}

@@ -60,8 +60,8 @@ class FixedWindowModel:
 
 @dataclass
 class SlidingWindowModel:
-    """The counter approximation, exactly as specified:
-    ⌊prev·(W − elapsed)/W⌋ + cur + n ≤ limit."""
+    """The counter approximation, exactly as specified: the real-valued
+    prev·(W − elapsed)/W + cur + n ≤ limit, i.e. ⌈prev·(W − elapsed)/W⌉ + cur + n ≤ limit."""
 
     limit: int
     window_ns: int
@@ -70,7 +70,8 @@ class SlidingWindowModel:
     def check(self, now: int, n: int, consume: bool = True) -> Verdict:
         index = now // self.window_ns
         elapsed = now - index * self.window_ns
-        estimate = self.counts[index - 1] * (self.window_ns - elapsed) // self.window_ns + self.counts[index]
+        weighted = -(-self.counts[index - 1] * (self.window_ns - elapsed) // self.window_ns)  # rounded up
+        estimate = weighted + self.counts[index]
         if estimate + n <= self.limit:
             if consume:
                 self.counts[index] += n

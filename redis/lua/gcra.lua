@@ -14,7 +14,7 @@
 -- Lua's doubles hold them exactly.
 --
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, limit, now_us,
---         delay_us, granted}
+--         delay_us, granted}; limit = b + floor(max delay / T)
 --
 -- Written for its cost inside the server, which every check pays (no closure or
 -- helper function is made or called per run):
@@ -37,6 +37,9 @@ local now = clock[1] * 1000000 + clock[2]
 
 local tau = burst * t
 local size = tau + slack
+-- The reported limit is the largest grant, b + floor(slack / T) (the shaper's;
+-- b for the buckets), so remaining <= limit.
+local limit = burst + (slack - slack % t) / t
 -- base = max(F, now), debt = base - now
 local base, debt = now, 0
 local f = redis.call('GET', KEYS[1])
@@ -64,7 +67,7 @@ if delay <= slack then
   local remaining = (size - new_debt) / t
   remaining = remaining - remaining % 1
   if mode == 'p' then
-    return {1, remaining, 0, new_debt, burst, now, delay, 0}
+    return {1, remaining, 0, new_debt, limit, now, delay, 0}
   end
   if n > 0 then
     -- PX = ceil(new_debt / 1000) ms
@@ -72,10 +75,10 @@ if delay <= slack then
     redis.call('SET', KEYS[1], string.format('%d', base + need),
       'PX', string.format('%d', ms - ms % 1))
   end
-  return {1, remaining, 0, new_debt, burst, now, delay, n}
+  return {1, remaining, 0, new_debt, limit, now, delay, n}
 end
 
 local remaining = 0
 local room = size - debt
 if room > 0 then remaining = room / t; remaining = remaining - remaining % 1 end
-return {0, remaining, delay - slack, debt, burst, now, 0, 0}
+return {0, remaining, delay - slack, debt, limit, now, 0, 0}

@@ -76,11 +76,11 @@
 //!   `p`, `c(t)` the units the fleet admitted in those windows up to `t`. Each
 //!   admitted unit was charged at or before its admission, in the window it is
 //!   admitted in, so `p ≤ P` and `c(t) ≤ C(t)`. The estimate
-//!   `⌊p·(W − e)/W⌋ + c` is monotone in both counts, so at every instant the
+//!   `⌈p·(W − e)/W⌉ + c` is monotone in both counts, so at every instant the
 //!   estimate of what the fleet admitted is at most the script's; and the
 //!   script's is at most `l` at every instant (it charges only when
 //!   `estimate + n ≤ l`, and the estimate only falls between charges, also
-//!   across a window change, where `⌊C·W/W⌋ = C`). So at each admission the
+//!   across a window change, where `⌈C·W/W⌉ = C`). So at each admission the
 //!   estimate of the admitted units, that one included, is at most `l`: **the
 //!   script alone, fed exactly the admitted requests at the times they were
 //!   admitted, would have admitted every one of them. No extra slack**: the

@@ -5,12 +5,27 @@
 use core::time::Duration;
 
 use redis::Value;
-use sluicegate::{Decision, FixedParams, GcraParams, Quota, SlidingParams};
+use sluicegate::{ConfigError, Decision, FixedParams, GcraParams, Quota};
 
 use crate::error::Error;
 
 /// Largest value the scripts may compute (2^52, leaving room for `now`, ~1.8·10^15 µs).
 const LUA_MAX: u64 = 1 << 52;
+
+/// The sliding window's bound on its window (µs) and limit: its sums (`now` plus
+/// two windows, three times the limit) stay below 2^53 until the year 2112.
+const SUM_MAX: u64 = 1 << 50;
+
+/// A window in whole microseconds, or why not.
+fn whole_us(window_ns: u64) -> Result<u64, Error> {
+    if window_ns % 1000 != 0 {
+        return Err(Error::Resolution {
+            field: "window",
+            reason: "a window on Redis must be a whole number of microseconds",
+        });
+    }
+    Ok(window_ns / 1000)
+}
 
 /// Which algorithm a limit runs; the same names and semantics as the local limiters.
 ///
@@ -89,8 +104,11 @@ impl Limit {
     /// use sluicegate_redis::{Algorithm, Error, Limit};
     /// use sluicegate::Quota;
     /// assert!(Limit::new(Algorithm::TokenBucket, Quota::per_second(0)).is_err());
-    /// let e = Limit::new(Algorithm::SlidingWindow, Quota::per_day(500_000)).unwrap_err();
+    /// let e = Limit::new(Algorithm::SlidingWindow, Quota::from_nanos(5, 1_500)).unwrap_err();
     /// assert!(matches!(e, Error::Resolution { .. }));
+    /// // No word on Redis, so no layout bound on the sliding window's limit:
+    /// let big = Limit::new(Algorithm::SlidingWindow, Quota::per_day(1_000_000_000)).unwrap();
+    /// assert_eq!(big.capacity(), 1_000_000_000);
     /// ```
     pub fn new(algorithm: Algorithm, quota: Quota) -> Result<Self, Error> {
         match algorithm {
@@ -123,21 +141,10 @@ impl Limit {
                     capacity: p.burst().saturating_add(slack_us / t_us),
                 })
             }
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                let (window_ns, limit, script) = if algorithm == Algorithm::FixedWindow {
-                    let p = FixedParams::new(&quota).map_err(Error::Config)?;
-                    (p.window_ns(), p.limit(), ScriptKind::Fixed)
-                } else {
-                    let p = SlidingParams::new(&quota).map_err(Error::Config)?;
-                    (p.window_ns(), p.limit(), ScriptKind::Sliding)
-                };
-                if window_ns % 1000 != 0 {
-                    return Err(Error::Resolution {
-                        field: "window",
-                        reason: "a window on Redis must be a whole number of microseconds",
-                    });
-                }
-                let w_us = window_ns / 1000;
+            Algorithm::FixedWindow => {
+                let p = FixedParams::new(&quota).map_err(Error::Config)?;
+                let (window_ns, limit) = (p.window_ns(), p.limit());
+                let w_us = whole_us(window_ns)?;
                 let products = (limit as u128 + 1) * w_us as u128;
                 if products > LUA_MAX as u128 {
                     return Err(Error::Resolution {
@@ -146,16 +153,64 @@ impl Limit {
                             "(limit + 1) × window must be under 2^52 µs for exact Lua arithmetic",
                     });
                 }
-                Ok(Self {
+                Ok(Self::window(
                     algorithm,
                     quota,
-                    script,
-                    unit_us: w_us,
-                    size: limit,
-                    slack_us: 0,
-                    capacity: limit,
-                })
+                    ScriptKind::Fixed,
+                    w_us,
+                    limit,
+                ))
             }
+            // No word layout on Redis, so no layout bound: the script compares its
+            // products exactly (never as doubles), and only its sums must stay
+            // below 2^53.
+            Algorithm::SlidingWindow => {
+                let (window_ns, limit) = (quota.period_ns(), quota.amount());
+                if window_ns == 0 {
+                    return Err(Error::Config(ConfigError::Zero { field: "window" }));
+                }
+                if limit == 0 {
+                    return Err(Error::Config(ConfigError::Zero { field: "limit" }));
+                }
+                let w_us = whole_us(window_ns)?;
+                if w_us > SUM_MAX {
+                    return Err(Error::Resolution {
+                        field: "window",
+                        reason: "a sliding window on Redis must be under 2^50 µs (35 years)",
+                    });
+                }
+                if limit > SUM_MAX {
+                    return Err(Error::Resolution {
+                        field: "limit",
+                        reason: "a sliding window's limit on Redis must be under 2^50",
+                    });
+                }
+                Ok(Self::window(
+                    algorithm,
+                    quota,
+                    ScriptKind::Sliding,
+                    w_us,
+                    limit,
+                ))
+            }
+        }
+    }
+
+    fn window(
+        algorithm: Algorithm,
+        quota: Quota,
+        script: ScriptKind,
+        w_us: u64,
+        limit: u64,
+    ) -> Self {
+        Self {
+            algorithm,
+            quota,
+            script,
+            unit_us: w_us,
+            size: limit,
+            slack_us: 0,
+            capacity: limit,
         }
     }
 

@@ -51,13 +51,18 @@ pub fn trace_len() -> core::ops::Range<usize> {
 /// The first instant in `[from, u64::MAX]` where `pred` holds, for a `pred` that,
 /// once true, stays true; `None` if it never does.
 pub fn first_time(from: u64, pred: impl Fn(u64) -> bool) -> Option<u64> {
+    first_time_in(from, u64::MAX, pred)
+}
+
+/// [`first_time`] over `[from, to]`.
+pub fn first_time_in(from: u64, to: u64, pred: impl Fn(u64) -> bool) -> Option<u64> {
     if pred(from) {
         return Some(from);
     }
-    if !pred(u64::MAX) {
+    if to <= from || !pred(to) {
         return None;
     }
-    let (mut lo, mut hi) = (from, u64::MAX); // pred(lo) false, pred(hi) true
+    let (mut lo, mut hi) = (from, to); // pred(lo) false, pred(hi) true
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if pred(mid) {
@@ -129,9 +134,15 @@ pub trait Model: Clone + core::fmt::Debug {
     fn commit(&mut self, t: u64, n: u64);
     /// Whether the limiter is back to its fresh, full state at `t`.
     fn is_full(&self, t: u64) -> bool;
+    /// The last instant up to which the searches below look: every model only
+    /// gets better as time passes without admissions, up to this instant.
+    fn horizon(&self, t: u64) -> u64 {
+        let _ = t;
+        u64::MAX
+    }
     /// The first instant `≥ t` at which a request of `n` would be admitted.
     fn earliest(&self, t: u64, n: u64) -> Option<u64> {
-        first_time(t, |x| self.admits(x, n))
+        first_time_in(t, self.horizon(t), |x| self.admits(x, n))
     }
 
     /// The decision for a request of `n` at `t`, charging it when `consume`.
@@ -154,7 +165,7 @@ pub trait Model: Clone + core::fmt::Debug {
         } else {
             wait(t, self.earliest(t, n))
         };
-        let reset_after_ns = wait(t, first_time(t, |x| after.is_full(x)));
+        let reset_after_ns = wait(t, first_time_in(t, after.horizon(t), |x| after.is_full(x)));
         let limit = self.limit();
         if consume {
             *self = after;
@@ -187,7 +198,9 @@ pub trait Model: Clone + core::fmt::Debug {
 ///
 /// With `slack` (the shaper's max delay) a request is granted when its scheduled
 /// start — the first instant the bucket has room for it — is at most `slack` away.
-/// A bucket whose full instant would pass `u64::MAX` denies (documented).
+/// Time stops at the horizon `u64::MAX − min(b·T + slack, 2⁶³)`: a later `t` is
+/// decided at the horizon (documented), so a fresh bucket is full at every instant;
+/// a bucket whose full instant would still pass `u64::MAX` denies.
 #[derive(Clone, Debug)]
 pub struct Bucket {
     /// Emission interval `T` in ns.
@@ -250,8 +263,21 @@ impl Bucket {
         Ok(())
     }
 
+    /// The documented horizon: time stops at `u64::MAX − min(b·T + slack, 2⁶³)`,
+    /// so every full instant fits in a word.
+    pub fn horizon(&self) -> u64 {
+        let k = (self.size() + self.slack as u128).min(1 << 63);
+        (MAX - k) as u64
+    }
+
+    /// The time the bucket decides at: `t`, or the horizon past it.
+    pub fn at(&self, t: u64) -> u64 {
+        t.min(self.horizon())
+    }
+
     /// The fluid level at `t`, in ns.
     pub fn level(&self, t: u64) -> u128 {
+        let t = self.at(t);
         match self.last {
             None => 0,
             Some((s, level)) if t >= s => level.saturating_sub((t - s) as u128),
@@ -271,6 +297,7 @@ impl Bucket {
     /// `t` (queued behind everything before it), and it may begin once the bucket,
     /// itself included, has drained back to its capacity.
     pub fn start(&self, t: u64, n: u64) -> Option<u64> {
+        let t = self.at(t);
         if self.slack == 0 {
             // Only "now" matters; skip the search.
             return self.has_room(t, n).then_some(t);
@@ -288,7 +315,7 @@ impl Bucket {
 
     /// The instant the bucket is empty again after admitting `n` at `t` fits in u64.
     fn fits_in_time(&self, t: u64, n: u64) -> bool {
-        t as u128 + self.level(t) + n as u128 * self.t as u128 <= MAX
+        self.at(t) as u128 + self.level(t) + n as u128 * self.t as u128 <= MAX
     }
 
     /// A leaky meter's level in units, rounded up.
@@ -305,7 +332,7 @@ impl Bucket {
 
     /// The delay a granted reservation must wait.
     pub fn delay(&self, t: u64, n: u64) -> u64 {
-        self.start(t, n).map_or(0, |s| s - t)
+        self.start(t, n).map_or(0, |s| s - self.at(t))
     }
 
     /// The instant the bucket is (or was) full again: the canonical form of the
@@ -329,15 +356,17 @@ impl Model for Bucket {
     fn capacity(&self) -> u64 {
         self.burst.saturating_add(self.slack / self.t)
     }
+    /// The largest cost granted at once (the shaper's `b + ⌊slack / T⌋`), so that
+    /// `remaining ≤ limit`.
     fn limit(&self) -> u64 {
-        self.burst
+        self.capacity()
     }
     fn admits(&self, t: u64, n: u64) -> bool {
         self.within_slack(t, n) && self.fits_in_time(t, n)
     }
     fn commit(&mut self, t: u64, n: u64) {
         let level = self.level(t) + n as u128 * self.t as u128;
-        self.last = Some((t, level));
+        self.last = Some((self.at(t), level));
     }
     fn is_full(&self, t: u64) -> bool {
         self.level(t) == 0
@@ -489,15 +518,63 @@ impl Model for FixedModel {
     }
 }
 
-/// Sliding window counter: counts of the current and previous aligned windows, the
-/// estimate `⌊prev·(W − elapsed)/W⌋ + cur`. A timestamp from an earlier window than
-/// the stored one is decided at the start of the stored window.
+/// The sliding window's wide layout: 20 bits per count, the index modulo 2²⁴.
+pub const WIDE_MAX_LIMIT: u64 = (1 << 20) - 1;
+/// The wide layout's index modulus `M`.
+pub const WIDE_MODULUS: u64 = 1 << 24;
+
+/// The documented sliding-window layout for `limit` per `window`: the whole index
+/// when the limit fits next to it ([`window_max_count`] with two counts), else the
+/// wide layout (limit ≤ 2²⁰ − 1, index modulo `M`, back band
+/// `G = clamp(⌈1 s / W⌉, 2, M/4)`). Returns (largest limit, `G` or 0 for whole).
+pub fn sliding_layout(window: u64, limit: u64) -> Result<(u64, u64), ConfigError> {
+    if window == 0 {
+        return Err(ConfigError::Zero { field: "window" });
+    }
+    if limit == 0 {
+        return Err(ConfigError::Zero { field: "limit" });
+    }
+    let whole = window_max_count(window, 2);
+    if limit <= whole {
+        return Ok((whole, 0));
+    }
+    let max = whole.max(WIDE_MAX_LIMIT);
+    if whole >= WIDE_MAX_LIMIT || limit > WIDE_MAX_LIMIT {
+        return Err(ConfigError::TooLarge {
+            field: "limit",
+            max,
+        });
+    }
+    let g = 1_000_000_000u64.div_ceil(window).clamp(2, WIDE_MODULUS / 4);
+    Ok((WIDE_MAX_LIMIT, g))
+}
+
+/// The largest limit a sliding window of `window` accepts at construction.
+pub fn sliding_max_limit(window: u64) -> u64 {
+    window_max_count(window, 2).max(WIDE_MAX_LIMIT)
+}
+
+/// Sliding window counter: counts of the current and previous aligned windows; a
+/// request of `n` at `e` into the current window is admitted iff the exact
+/// real-valued rule holds, `prev·(W − e)/W + cur + n ≤ limit` (compared as
+/// `prev·(W − e) + (cur + n)·W ≤ limit·W` in 128-bit integers). A timestamp from an
+/// earlier window than the stored one is decided at the start of the stored one.
+///
+/// The model keeps the whole window index. With the wide layout it reads it the
+/// way the documentation says a word stored modulo `M` reads: by `d = (now's index
+/// − stored) mod M` (0 same, 1 next, in the back band `[M − G, M)` a window ahead,
+/// else empty). [`SlidingModel::exact`] never wraps: the exact rule on the true
+/// state, the reference the wide layout must never admit more than.
 #[derive(Clone, Debug)]
 pub struct SlidingModel {
     /// Window length.
     pub window: u64,
     /// Limit per window.
     pub limit: u64,
+    /// The layout's largest limit (reconfiguration bound).
+    pub max: u64,
+    /// The back band `G` (0: whole index).
+    pub band: u64,
     /// (window index, previous count, current count).
     state: (u64, u64, u64),
 }
@@ -505,20 +582,43 @@ pub struct SlidingModel {
 impl SlidingModel {
     /// Validates a quota by the documented rules.
     pub fn new(q: &Quota) -> Result<Self, ConfigError> {
-        let (window, limit) = validate_window(q, 2)?;
+        let (max, band) = sliding_layout(q.period_ns(), q.amount())?;
         Ok(Self {
-            window,
-            limit,
+            window: q.period_ns(),
+            limit: q.amount(),
+            max,
+            band,
             state: (0, 0, 0),
         })
     }
 
-    /// Reconfiguration: same window only; both counts carry over.
+    /// The exact rule with a whole index for any valid window and limit.
+    pub fn exact(window: u64, limit: u64) -> Self {
+        Self {
+            window,
+            limit,
+            max: u64::MAX,
+            band: 0,
+            state: (0, 0, 0),
+        }
+    }
+
+    /// Reconfiguration: same window only; both counts carry over; the layout
+    /// chosen at construction stays.
     pub fn reconfigure(&mut self, q: &Quota) -> Result<(), ConfigError> {
         if q.period_ns() != self.window {
             return Err(ConfigError::Immutable { field: "window" });
         }
-        self.limit = validate_window(q, 2)?.1;
+        if q.amount() == 0 {
+            return Err(ConfigError::Zero { field: "limit" });
+        }
+        if q.amount() > self.max {
+            return Err(ConfigError::TooLarge {
+                field: "limit",
+                max: self.max,
+            });
+        }
+        self.limit = q.amount();
         Ok(())
     }
 
@@ -527,22 +627,43 @@ impl SlidingModel {
         let (stored, prev, cur) = self.state;
         let k = t / self.window;
         let into = t - k * self.window;
-        if (prev == 0 && cur == 0) || k as u128 > stored as u128 + 1 {
-            (k, 0, 0, into) // empty, or both windows have passed
-        } else if k as u128 == stored as u128 + 1 {
-            (k, cur, 0, into) // the current window became the previous one
-        } else if k == stored {
-            (k, prev, cur, into)
+        if prev == 0 && cur == 0 {
+            return (k, 0, 0, into);
+        }
+        // How far the stored window is behind now's (negative: ahead), as read.
+        let behind: i128 = if self.band == 0 {
+            k as i128 - stored as i128
         } else {
-            (stored, prev, cur, 0) // the clock went back: the stored window's start
+            let m = WIDE_MODULUS as i128;
+            let d = (k as i128 - stored as i128).rem_euclid(m);
+            if d >= m - self.band as i128 {
+                d - m
+            } else {
+                d
+            }
+        };
+        match behind {
+            0 => (k, prev, cur, into),
+            1 => (k, cur, 0, into), // the current window became the previous one
+            b if b > 1 => (k, 0, 0, into), // both windows have passed
+            // The clock went back: decided at the start of the stored window.
+            b => ((k as i128 - b).min(MAX as i128) as u64, prev, cur, 0),
         }
     }
 
-    /// The estimate at `t`.
-    pub fn estimate(&self, t: u64) -> u128 {
+    /// Whether `n` more fits at `t` by the exact rule.
+    fn fits(&self, t: u64, n: u64) -> bool {
         let (_, prev, cur, elapsed) = self.view(t);
         let w = self.window as u128;
-        prev as u128 * (w - elapsed as u128) / w + cur as u128
+        prev as u128 * (w - elapsed as u128) + (cur as u128 + n as u128) * w
+            <= self.limit as u128 * w
+    }
+
+    /// The weighted estimate at `t`, as a real number times `W`.
+    pub fn estimate_scaled(&self, t: u64) -> u128 {
+        let (_, prev, cur, elapsed) = self.view(t);
+        let w = self.window as u128;
+        prev as u128 * (w - elapsed as u128) + cur as u128 * w
     }
 }
 
@@ -554,14 +675,20 @@ impl Model for SlidingModel {
         self.limit
     }
     fn admits(&self, t: u64, n: u64) -> bool {
-        self.estimate(t) + n as u128 <= self.limit as u128
+        self.fits(t, n)
     }
     fn commit(&mut self, t: u64, n: u64) {
         let (k, prev, cur, _) = self.view(t);
         self.state = (k, prev, cur + n);
     }
     fn is_full(&self, t: u64) -> bool {
-        self.estimate(t) == 0
+        self.estimate_scaled(t) == 0
+    }
+    fn horizon(&self, t: u64) -> u64 {
+        // Both windows are over by the start of the window after next; a wide
+        // word may read as live again only `M` windows later.
+        let index = self.view(t).0 as u128;
+        ((index + 2) * self.window as u128).min(MAX) as u64
     }
 }
 
@@ -797,6 +924,9 @@ pub enum TimeOp {
     Years(u64),
     /// To `u64::MAX` minus `permille / 1000` units.
     NearMax(u64),
+    /// Forward by `laps·2²⁴ + units` units (`units` may be negative): the wide
+    /// sliding window's index wraps every 2²⁴ windows.
+    Laps { laps: u64, units: i64 },
 }
 
 /// Time moves, weighted towards the interesting ones.
@@ -811,6 +941,7 @@ pub fn time_op() -> impl Strategy<Value = TimeOp> {
         1 => Just(TimeOp::BackFar),
         1 => (1u64..700).prop_map(TimeOp::Years),
         1 => (0u64..3_000).prop_map(TimeOp::NearMax),
+        1 => (0u64..3, -3i64..=3).prop_map(|(laps, units)| TimeOp::Laps { laps, units }),
     ]
 }
 
@@ -845,6 +976,10 @@ pub fn advance(t: u64, op: &TimeOp, unit: u64, last: Option<&Decision>) -> u64 {
         TimeOp::BackFar => t / 3,
         TimeOp::Years(y) => sat(t as u128 + y as u128 * 365 * 86_400 * 1_000_000_000),
         TimeOp::NearMax(p) => (MAX.saturating_sub(scaled(unit, p))) as u64,
+        TimeOp::Laps { laps, units } => {
+            let by = (laps as i128 * WIDE_MODULUS as i128 + units as i128) * unit as i128;
+            (t as i128 + by).clamp(0, MAX as i128) as u64
+        }
     }
 }
 
@@ -1046,6 +1181,7 @@ pub fn drive<A: Algorithm, M: Model + Reconfigure>(
             t
         );
         if let Ok(d) = got {
+            prop_assert!(d.remaining <= d.limit, "step {}: {:?}", i, d);
             if consume && d.allowed && n > 0 {
                 admitted.push((t, n));
             }
