@@ -164,6 +164,23 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == s)
     }
 
+    /// The limiter a validated `spec` of this kind describes.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn engine(
+        self,
+        spec: &crate::spec::Spec,
+    ) -> Result<alloc::boxed::Box<dyn crate::engine::Engine>, crate::spec::SpecError> {
+        use crate::engine::{log, shaper, words};
+        match self {
+            Kind::TokenBucket => words::<crate::token_bucket::Gcra>(spec),
+            Kind::LeakyBucket => words::<crate::token_bucket::Leaky>(spec),
+            Kind::Shaper => shaper(spec),
+            Kind::FixedWindow => words::<crate::fixed_window::Fixed>(spec),
+            Kind::SlidingWindow => words::<crate::sliding_window::Sliding>(spec),
+            Kind::SlidingLog => log(spec),
+        }
+    }
+
     /// Validates one quota with this algorithm's own parameter check (the same one
     /// its constructor runs) and returns the largest cost it admits at once.
     pub(crate) const fn validate(

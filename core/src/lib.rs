@@ -62,9 +62,13 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+#[cfg(feature = "alloc")]
+mod any;
 mod clock;
 pub mod compound;
 mod decision;
+#[cfg(feature = "alloc")]
+mod engine;
 mod error;
 pub mod fixed_window;
 pub mod keyed;
@@ -84,6 +88,8 @@ pub mod token_bucket;
 mod wait;
 mod word;
 
+#[cfg(feature = "alloc")]
+pub use any::{AnyLimiter, Outcome};
 pub use clock::{Clock, ManualClock};
 #[cfg(feature = "std")]
 pub use clock::{DefaultClock, QuantaClock, StdClock};

@@ -26,7 +26,7 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, InsufficientCapacity};
 use crate::fixed_window::until;
 use crate::quota::Quota;
-use crate::spec::{log_check, log_params, Spec};
+use crate::spec::{log_check, log_params, Spec, SpecError};
 use crate::sync::{spin_loop, AtomicU64, Ordering};
 
 /// The exact sliding window log (see the [module docs](self)).
@@ -87,13 +87,30 @@ impl<C> SlidingLog<C> {
     /// Allocates the ring for a validated quota and capacity.
     fn build(quota: Quota, capacity: u64, clock: C) -> Result<Self, ConfigError> {
         let ring: Vec<AtomicU64> = (0..capacity).map(|_| AtomicU64::new(0)).collect();
-        Ok(Self {
+        Ok(Self::from_ring(quota, ring, clock))
+    }
+
+    /// The log of a validated sliding-log spec; the ring is allocated fallibly.
+    pub(crate) fn from_spec(spec: &Spec, clock: C) -> Result<Self, SpecError> {
+        // `capacity ≤ MAX_CAPACITY` (validated) fits any `usize` of 32 bits or more.
+        let capacity = spec.log_capacity() as usize;
+        let mut ring = Vec::new();
+        ring.try_reserve_exact(capacity)
+            .map_err(|_| SpecError::Alloc {
+                bytes: capacity.saturating_mul(core::mem::size_of::<AtomicU64>()),
+            })?;
+        ring.extend((0..capacity).map(|_| AtomicU64::new(0)));
+        Ok(Self::from_ring(spec.quotas()[0], ring, clock))
+    }
+
+    fn from_ring(quota: Quota, ring: Vec<AtomicU64>, clock: C) -> Self {
+        Self {
             head: AtomicU64::new(0),
             limit: AtomicU64::new(quota.amount()),
             window_ns: AtomicU64::new(quota.period_ns()),
             ring: ring.into_boxed_slice(),
             clock,
-        })
+        }
     }
 
     /// Number of slots (the memory is `8 × capacity` bytes).

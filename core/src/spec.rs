@@ -223,6 +223,23 @@ impl Spec {
         (self.log_capacity != 0).then_some(self.log_capacity)
     }
 
+    /// This spec with other quotas of the same count and their capacity, which
+    /// were validated when a spec holding them was made.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn with_checked_quotas(
+        &self,
+        quotas: &[Quota; Spec::MAX_LIMITS],
+        capacity: u64,
+    ) -> Spec {
+        let mut all = [UNUSED; Self::MAX_LIMITS];
+        all[..self.len].copy_from_slice(&quotas[..self.len]);
+        Spec {
+            quotas: all,
+            capacity,
+            ..*self
+        }
+    }
+
     fn unsupported(&self, what: &'static str) -> SpecError {
         SpecError::Unsupported {
             kind: self.kind,
