@@ -58,6 +58,8 @@ pub enum Code {
     NeverMatches,
     /// Warning: an earlier rule is identical, so this one only doubles it.
     Shadowed,
+    /// The rule file could not be read.
+    Io,
     /// Building the limiters failed (memory, or no Redis factory for the rule).
     Build,
 }
