@@ -155,8 +155,8 @@ impl Policy {
         let old = self.current.load_full();
         let warnings = def.warnings.clone();
         let file = file.unwrap_or("<policy>");
-        let mut new = compile(def, Some(&old), self.remote.as_deref(), file)
-            .map_err(|e| self.failed(e))?;
+        let mut new =
+            compile(def, Some(&old), self.remote.as_deref(), file).map_err(|e| self.failed(e))?;
         let mut r = Reloaded {
             kept: 0,
             changed: 0,
@@ -166,7 +166,11 @@ impl Policy {
         };
         for rule in new.rules.iter() {
             match old.rules.iter().find(|o| o.def.name() == rule.def.name()) {
-                Some(o) if Arc::ptr_eq(&o.limiter, &rule.limiter) && o.def.same_limiter(&rule.def) => r.kept += 1,
+                Some(o)
+                    if Arc::ptr_eq(&o.limiter, &rule.limiter) && o.def.same_limiter(&rule.def) =>
+                {
+                    r.kept += 1
+                }
                 Some(o) if Arc::ptr_eq(&o.limiter, &rule.limiter) => r.changed += 1,
                 _ => r.built += 1,
             }
