@@ -64,3 +64,8 @@ pub use diag::{Code, Diagnostic, Error, Severity};
 pub use metrics::RuleStats;
 pub use policy::{Policy, PolicyBuilder};
 pub use reload::{Reloaded, Watcher};
+
+/// The crate README's Rust snippet, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

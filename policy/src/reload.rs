@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{Limiter, RemoteFactory};
-use crate::def::PolicyDef;
+use crate::def::{Backend, PolicyDef};
 use crate::diag::{Code, Diagnostic, Error, Severity};
 use crate::metrics::RuleMetrics;
 use crate::policy::{compile, read, Compiled, Policy};
@@ -53,6 +53,7 @@ pub(crate) fn plan(
                 && p.def.backend() == rule.backend()
                 && p.def.capacity() == rule.capacity()
                 && p.def.stripes() == rule.stripes()
+                && (rule.backend() == Backend::Local || p.def.on_error() == rule.on_error())
         });
         if let Some(p) = same_shape {
             if p.limiter.set_spec(rule.spec()).is_ok() {
