@@ -265,7 +265,8 @@ pub struct Watcher {
 
 impl Watcher {
     /// Polls `path` every `interval` (a reload is in force within about one
-    /// interval of the write) on a thread of its own.
+    /// interval of the write) on a thread of its own. The file's content now is
+    /// the baseline: the policy should have been loaded from it.
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
@@ -283,10 +284,12 @@ impl Watcher {
         let path: PathBuf = path.as_ref().to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        // Read now, not on the thread: a write right after spawn returns must be
+        // seen as a change.
+        let mut last = std::fs::read(&path).ok();
         let thread = std::thread::Builder::new()
             .name("sluicegate-policy-watch".into())
             .spawn(move || {
-                let mut last = std::fs::read(&path).ok();
                 while !flag.load(Ordering::Acquire) {
                     std::thread::park_timeout(interval);
                     let now = std::fs::read(&path).ok();
