@@ -7,7 +7,6 @@
 //! applies the rule's `on_error` when that limiter reports a failure.
 
 use std::fmt;
-use std::hash::Hash;
 
 use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Spec, SpecError};
 
@@ -172,11 +171,11 @@ impl Limiter {
         })
     }
 
-    /// Checks (`consume`) or peeks at `n` units for the key `key` (local) or
+    /// Checks (`consume`) or peeks at `n` units for the key fingerprint `key` (local) or
     /// `text_key()` (shared).
-    pub(crate) fn run<K: Hash + ?Sized>(
+    pub(crate) fn run(
         &self,
-        key: &K,
+        key: u64,
         text_key: impl FnOnce() -> String,
         n: u64,
         now: u64,

@@ -47,6 +47,8 @@ pub struct RuleDecision<'a> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Item {
     pub rule: u32,
+    /// The key's fingerprint under this rule (0: keyless).
+    pub key: u64,
     pub outcome: Outcome,
     pub backend_error: bool,
 }

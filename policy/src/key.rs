@@ -12,10 +12,37 @@ use crate::cond::{mask, parse_ip};
 /// without it shares one limiter, so leaving a header out does not escape the
 /// limit); `ip` is hashed as the parsed address with IPv6 cut to the policy's
 /// prefix, so `2001:db8::1` and `2001:db8::2` share a /64's limiter.
-pub(crate) struct KeyRef<'a, A: ?Sized> {
-    pub attrs: &'a A,
+pub(crate) struct KeyRef<'a, L: ?Sized> {
+    pub lookup: &'a L,
+    /// The policy's attribute names, indexed by `idx`.
     pub names: &'a [AttrName],
+    /// The rule's `key` attributes, as indices into `names`.
+    pub idx: &'a [u16],
     pub ipv6_prefix: u8,
+}
+
+/// The request's attributes as a check reads them: by the policy's index of the
+/// attribute (each looked up once per request) or by name.
+pub(crate) trait Lookup {
+    fn value(&self, idx: u16, name: &AttrName) -> Option<&str>;
+}
+
+/// Looks every attribute up by name.
+pub(crate) struct Direct<'a, A: ?Sized>(pub &'a A);
+
+impl<A: Attrs + ?Sized> Lookup for Direct<'_, A> {
+    fn value(&self, _: u16, name: &AttrName) -> Option<&str> {
+        self.0.get(name.as_str())
+    }
+}
+
+/// Values looked up once per request, by the policy's attribute index.
+pub(crate) struct Cached<'a>(pub &'a [Option<&'a str>]);
+
+impl Lookup for Cached<'_> {
+    fn value(&self, idx: u16, _: &AttrName) -> Option<&str> {
+        self.0.get(usize::from(idx)).copied().flatten()
+    }
 }
 
 /// One attribute's part of a key.
@@ -25,8 +52,8 @@ enum Part<'a> {
     Text(&'a str),
 }
 
-fn part<'a, A: Attrs + ?Sized>(attrs: &'a A, name: &AttrName, v6: u8) -> Part<'a> {
-    match attrs.get(name.as_str()) {
+fn part<'a, L: Lookup + ?Sized>(l: &'a L, i: u16, name: &AttrName, v6: u8) -> Part<'a> {
+    match l.value(i, name) {
         None => Part::Absent,
         Some(v) if name.is_ip() => match parse_ip(v) {
             Some(IpAddr::V6(a)) => match a.to_ipv4_mapped() {
@@ -40,10 +67,11 @@ fn part<'a, A: Attrs + ?Sized>(attrs: &'a A, name: &AttrName, v6: u8) -> Part<'a
     }
 }
 
-impl<A: Attrs + ?Sized> Hash for KeyRef<'_, A> {
+impl<L: Lookup + ?Sized> Hash for KeyRef<'_, L> {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        for name in self.names {
-            match part(self.attrs, name, self.ipv6_prefix) {
+        for &i in self.idx {
+            let name = &self.names[usize::from(i)];
+            match part(self.lookup, i, name, self.ipv6_prefix) {
                 Part::Absent => h.write_u8(0),
                 Part::Ip(IpAddr::V4(a)) => {
                     h.write_u8(1);
@@ -62,17 +90,18 @@ impl<A: Attrs + ?Sized> Hash for KeyRef<'_, A> {
     }
 }
 
-impl<A: Attrs + ?Sized> KeyRef<'_, A> {
+impl<L: Lookup + ?Sized> KeyRef<'_, L> {
     /// The key as text, the same in every process (for shared backends): the
     /// parts joined by `|`, each `|` and `\` in a value escaped with `\`, an absent
     /// attribute as `\0`, addresses in their canonical form (IPv6 cut to the prefix).
     pub(crate) fn text(&self) -> String {
         let mut out = String::new();
-        for (i, name) in self.names.iter().enumerate() {
-            if i > 0 {
+        for (n, &i) in self.idx.iter().enumerate() {
+            if n > 0 {
                 out.push('|');
             }
-            match part(self.attrs, name, self.ipv6_prefix) {
+            let name = &self.names[usize::from(i)];
+            match part(self.lookup, i, name, self.ipv6_prefix) {
                 Part::Absent => out.push_str("\\0"),
                 Part::Ip(a) => {
                     let _ = write!(out, "{a}");
@@ -106,8 +135,9 @@ mod tests {
         let n = names(&["ip", "tenant"]);
         let k = |a: &[(&str, &str)]| {
             let r = KeyRef {
-                attrs: a,
+                lookup: &Direct(a),
                 names: &n,
+                idx: &[0, 1],
                 ipv6_prefix: 64,
             };
             (s.hash_one(&r), r.text())

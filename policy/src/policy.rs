@@ -29,17 +29,21 @@
 //! Shadow rules are checked on their own (charged when they would admit), counted,
 //! and never deny or block the others.
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use sluicegate::{Clock, Decision as Verdict, DefaultClock, Outcome};
 
+use crate::attrs::AttrName;
 use crate::attrs::Attrs;
 use crate::backend::{Answer, Limiter, RemoteFactory};
+use crate::cond::Cond;
 use crate::decision::{Decision, Item};
 use crate::def::{Mode, PolicyDef, RuleDef};
 use crate::diag::{Code, Diagnostic, Error, Severity};
-use crate::key::KeyRef;
+use crate::key::{Cached, Direct, KeyRef, Lookup};
 use crate::metrics::{bump, ReloadStats, RuleMetrics};
 
 /// The rules in force, with their limiters.
@@ -47,13 +51,23 @@ use crate::metrics::{bump, ReloadStats, RuleMetrics};
 pub(crate) struct Compiled {
     pub def: PolicyDef,
     pub rules: Box<[Rule]>,
+    /// Every attribute a rule matches or keys on, once.
+    pub names: Box<[AttrName]>,
 }
+
+/// Up to this many distinct attributes are looked up once per request into an
+/// array on the stack; a policy naming more looks each up where it is used.
+const CACHED_ATTRS: usize = 32;
 
 /// One rule and its state; the state (`limiter`, `metrics`) is shared with the
 /// next generation when a reload keeps the rule.
 #[derive(Debug)]
 pub(crate) struct Rule {
     pub def: RuleDef,
+    /// The `match` entries, by index into [`Compiled::names`].
+    pub conds: Box<[(u16, Cond)]>,
+    /// The `key` attributes, by index into [`Compiled::names`].
+    pub key: Box<[u16]>,
     pub limiter: Arc<Limiter>,
     pub metrics: Arc<RuleMetrics>,
 }
@@ -96,6 +110,9 @@ pub struct Policy {
     pub(crate) remote: Option<Arc<dyn RemoteFactory>>,
     pub(crate) reload: Mutex<ReloadStats>,
     pub(crate) reloading: Mutex<()>,
+    /// Key fingerprints: SipHash with a random key per policy (resistant to hash
+    /// flooding), the same across reloads so kept tables keep finding their keys.
+    pub(crate) keys: RandomState,
 }
 
 impl std::fmt::Debug for Policy {
@@ -170,6 +187,7 @@ impl PolicyBuilder {
             remote: self.remote,
             reload: Mutex::new(ReloadStats::default()),
             reloading: Mutex::new(()),
+            keys: RandomState::new(),
         })
     }
 }
@@ -199,18 +217,38 @@ pub(crate) fn compile(
     file: &str,
 ) -> Result<Compiled, Error> {
     let plan = crate::reload::plan(&def, old, remote, file)?;
+    let mut names: Vec<AttrName> = Vec::new();
+    let mut index = |name: &AttrName| -> u16 {
+        let i = names.iter().position(|n| n == name).unwrap_or_else(|| {
+            names.push(name.clone());
+            names.len() - 1
+        });
+        // A rule file has far fewer than 65,536 distinct attributes (each is a
+        // line of text); saturate rather than wrap if one ever had more.
+        u16::try_from(i).unwrap_or(u16::MAX)
+    };
     let rules = def
         .rules
         .iter()
         .cloned()
         .zip(plan)
         .map(|(def, (limiter, metrics))| Rule {
+            conds: def
+                .matches
+                .iter()
+                .map(|(n, c)| (index(n), c.clone()))
+                .collect(),
+            key: def.key.iter().map(&mut index).collect(),
             def,
             limiter,
             metrics,
         })
         .collect();
-    Ok(Compiled { def, rules })
+    Ok(Compiled {
+        def,
+        rules,
+        names: names.into(),
+    })
 }
 
 impl Policy {
@@ -327,17 +365,54 @@ impl Policy {
         out: &mut Decision,
     ) {
         let snap = self.current.load_full();
+        // Each attribute the rules name is looked up once, not once per rule.
+        let names = &snap.names;
+        if names.len() <= CACHED_ATTRS {
+            let mut vals = [None; CACHED_ATTRS];
+            for (v, name) in vals.iter_mut().zip(names.iter()) {
+                *v = attrs.get(name.as_str());
+            }
+            let len = names.len();
+            self.decide(snap, &Cached(&vals[..len]), n, now, out);
+        } else {
+            self.decide(snap, &Direct(attrs), n, now, out);
+        }
+    }
+
+    fn decide<L: Lookup + ?Sized>(
+        &self,
+        snap: Arc<Compiled>,
+        lookup: &L,
+        n: u64,
+        now: u64,
+        out: &mut Decision,
+    ) {
         out.items.clear();
         out.allowed = true;
         let v6 = snap.def.ipv6_prefix;
-        let run = |rule: &Rule, consume: bool| {
-            let key = KeyRef {
-                attrs,
-                names: rule.def.key(),
+        let names = &snap.names;
+        fn key_of<'a, L: ?Sized>(
+            lookup: &'a L,
+            names: &'a [AttrName],
+            rule: &'a Rule,
+            v6: u8,
+        ) -> KeyRef<'a, L> {
+            KeyRef {
+                lookup,
+                names,
+                idx: &rule.key,
                 ipv6_prefix: v6,
-            };
+            }
+        }
+        let run = |rule: &Rule, fp: u64, consume: bool| {
             let limit = rule.def.spec().capacity();
-            match rule.limiter.run(&key, || key.text(), n, now, consume) {
+            match rule.limiter.run(
+                fp,
+                || key_of(lookup, names, rule, v6).text(),
+                n,
+                now,
+                consume,
+            ) {
                 Ok(Answer::Decided(o)) => (o, false),
                 Ok(Answer::Fallback(o)) => {
                     bump(&rule.metrics.backend_errors);
@@ -356,12 +431,22 @@ impl Policy {
         // collected for the all-or-nothing steps.
         let mut last = None;
         for (i, rule) in snap.rules.iter().enumerate() {
-            if !rule.def.matches(attrs) {
+            let matches = rule
+                .conds
+                .iter()
+                .all(|(i, c)| c.matches(lookup.value(*i, &names[usize::from(*i)])));
+            if !matches {
                 continue;
             }
+            // The key is hashed once per rule and request: the peek and the
+            // commit reuse the fingerprint.
+            let key = match *rule.key {
+                [] => 0,
+                _ => self.keys.hash_one(key_of(lookup, names, rule, v6)),
+            };
             let (outcome, backend_error) = match rule.def.mode() {
                 Mode::Shadow => {
-                    let r = run(rule, true);
+                    let r = run(rule, key, true);
                     let c = if r.0.decision.allowed {
                         &rule.metrics.allowed
                     } else {
@@ -383,6 +468,7 @@ impl Policy {
             };
             out.items.push(Item {
                 rule: i as u32,
+                key,
                 outcome,
                 backend_error,
             });
@@ -394,7 +480,8 @@ impl Policy {
             if Some(idx) == last || !enforcing(&out.items[idx]) {
                 continue;
             }
-            let (o, e) = run(&snap.rules[out.items[idx].rule as usize], false);
+            let it = &out.items[idx];
+            let (o, e) = run(&snap.rules[it.rule as usize], it.key, false);
             denied |= !o.decision.allowed;
             out.items[idx].outcome = o;
             out.items[idx].backend_error = e;
@@ -402,7 +489,8 @@ impl Policy {
         // 2. Charge the last one, unless a peek already denied (then peek it too,
         // for its headers).
         if let Some(idx) = last {
-            let (o, e) = run(&snap.rules[out.items[idx].rule as usize], !denied);
+            let it = &out.items[idx];
+            let (o, e) = run(&snap.rules[it.rule as usize], it.key, !denied);
             denied |= !o.decision.allowed;
             out.items[idx].outcome = o;
             out.items[idx].backend_error = e;
@@ -413,7 +501,8 @@ impl Policy {
                 if Some(idx) == last || !enforcing(&out.items[idx]) {
                     continue;
                 }
-                let (o, e) = run(&snap.rules[out.items[idx].rule as usize], true);
+                let it = &out.items[idx];
+                let (o, e) = run(&snap.rules[it.rule as usize], it.key, true);
                 out.items[idx].outcome = o;
                 out.items[idx].backend_error |= e;
                 if !o.decision.allowed {

@@ -9,9 +9,8 @@
 //! reclaimed when a shard is full; when every entry is live, a new key is denied
 //! (counted as `rejected`): bounded memory may make a rule early to limit, never late.
 
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -42,7 +41,6 @@ const SHARDS: usize = 16;
 pub(crate) struct KeyedTable {
     shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
-    hasher: RandomState,
     spec: Mutex<Spec>,
     evictions: AtomicU64,
     rejected: AtomicU64,
@@ -55,21 +53,21 @@ impl KeyedTable {
         Ok(KeyedTable {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
-            hasher: RandomState::new(),
             spec: Mutex::new(*spec),
             evictions: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
         })
     }
 
-    pub(crate) fn check_n_at<K: Hash + ?Sized>(
+    /// Checks (`consume`) or peeks at `n` units for the key whose fingerprint
+    /// (a keyed SipHash of the key, computed once per request by the policy) is `fp`.
+    pub(crate) fn check_n_at(
         &self,
-        key: &K,
+        fp: u64,
         n: u64,
         now: u64,
         consume: bool,
     ) -> Result<Outcome, InsufficientCapacity> {
-        let fp = self.hasher.hash_one(key);
         let mut shard = self.shards[(fp as usize) % SHARDS]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -164,27 +162,17 @@ mod tests {
         let spec = Spec::parse(Kind::FixedWindow, "1/s").unwrap();
         let t = KeyedTable::new(&spec, SHARDS).unwrap();
         // Fill far more keys than fit at one instant: the later ones are denied.
-        let admitted = (0..200u32)
-            .filter(|k| t.check_n_at(k, 1, 0, true).unwrap().decision.allowed)
+        let admitted = (0..200u64)
+            .filter(|&k| t.check_n_at(k, 1, 0, true).unwrap().decision.allowed)
             .count();
         assert!((SHARDS..200).contains(&admitted), "{admitted}");
         assert!(t.rejected() > 0);
         assert_eq!(t.len_at(0), admitted);
         // A second later every window expired: entries are reclaimed, keys admitted.
         let sec = 1_000_000_000;
-        assert!(
-            t.check_n_at(&9999u32, 1, sec, true)
-                .unwrap()
-                .decision
-                .allowed
-        );
+        assert!(t.check_n_at(9999, 1, sec, true).unwrap().decision.allowed);
         assert!(t.evictions() > 0);
         // No key is ever admitted twice in one window.
-        assert!(
-            !t.check_n_at(&9999u32, 1, sec, true)
-                .unwrap()
-                .decision
-                .allowed
-        );
+        assert!(!t.check_n_at(9999, 1, sec, true).unwrap().decision.allowed);
     }
 }
