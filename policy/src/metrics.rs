@@ -44,9 +44,9 @@ pub struct RuleStats {
     pub backend_errors: u64,
     /// Keys holding state in the rule's local table.
     pub keys: u64,
-    /// Entries back to full that were reclaimed for new keys.
+    /// Live entries replaced to make room for new keys.
     pub evictions: u64,
-    /// New keys denied because the table was full of live entries.
+    /// New keys denied because the table had no room.
     pub rejected_keys: u64,
 }
 
@@ -110,13 +110,13 @@ pub(crate) fn write_text(out: &mut String, rules: &[RuleStats], reload: &ReloadS
         (
             "sluicegate_policy_evictions_total",
             "counter",
-            "Table entries back to full reclaimed for new keys.",
+            "Live table entries replaced to make room for new keys (their state kept in the table's sketch).",
             |r| r.evictions,
         ),
         (
             "sluicegate_policy_rejected_keys_total",
             "counter",
-            "New keys denied because the rule's table was full of live entries.",
+            "New keys denied because the rule's table had no room.",
             |r| r.rejected_keys,
         ),
     ];
