@@ -2,16 +2,24 @@
 
 use std::hash::{Hash, Hasher};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
-use sluicegate::keyed::{FullPolicy, KeyedLimiter, KeyedStats};
-use sluicegate::{Decision, Fixed, Gcra, InsufficientCapacity, Leaky, Quota, Sliding};
+use sluicegate::keyed::{
+    DefaultHashBuilder, FullPolicy, Group, KeyedLimiter, KeyedStats, GROUP_SLOTS,
+};
+use sluicegate::{
+    Algorithm, Decision, Fixed, Gcra, InsufficientCapacity, Kind, Leaky, Quota, Sliding, Spec,
+};
 
+use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
 use crate::decision::PyDecision;
-use crate::limiters::cost;
+use crate::limiters::spec_of;
 use crate::quota::{self, describe_all};
+
+/// Keys a table holds by default.
+const DEFAULT_CAPACITY: usize = 100_000;
 use crate::{errors, wait};
 
 /// A key as the table hashes it. The variant tag is hashed too, so `"1"`, `b"1"`
@@ -95,8 +103,78 @@ impl AnyKeyed {
     }
 }
 
-const ALGORITHMS: &str =
-    "\"token_bucket\", \"leaky_bucket\", \"fixed_window\" or \"sliding_window\"";
+/// A table of `capacity` keys for algorithm `A`, its memory reserved fallibly
+/// (`MemoryError` when it cannot be, `ValueError` when it could never be
+/// addressed), so no capacity aborts the interpreter.
+fn table<A: Algorithm>(
+    quota: Quota,
+    capacity: usize,
+    clock: PyClock,
+    policy: FullPolicy,
+) -> PyResult<KeyedLimiter<A, PyClock>> {
+    if capacity == 0 {
+        return Err(errors::config(sluicegate::ConfigError::Zero {
+            field: "capacity",
+        }));
+    }
+    let groups = capacity.div_ceil(GROUP_SLOTS);
+    let bytes = groups
+        .checked_mul(std::mem::size_of::<Group>())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "capacity {capacity} is too large: the table could never be allocated"
+            ))
+        })?;
+    let mut storage: Vec<Group> = Vec::new();
+    storage.try_reserve_exact(groups).map_err(|_| {
+        PyMemoryError::new_err(format!(
+            "cannot allocate a table of {capacity} keys ({bytes} bytes)"
+        ))
+    })?;
+    storage.extend((0..groups).map(|_| Group::new()));
+    KeyedLimiter::with_storage(
+        quota,
+        storage.into_boxed_slice(),
+        DefaultHashBuilder::default(),
+        clock,
+    )
+    .map(|t| t.with_policy(policy))
+    .map_err(errors::config)
+}
+
+/// The keyed table of `spec`'s kind. (The one `match` over kinds left in the
+/// bindings: the core's type-erased keyed table, `AnyKeyed`, replaces it.)
+fn any_keyed(
+    spec: &Spec,
+    capacity: usize,
+    clock: PyClock,
+    policy: FullPolicy,
+) -> PyResult<AnyKeyed> {
+    let q = spec.quotas()[0];
+    Ok(match spec.kind() {
+        Kind::TokenBucket => AnyKeyed::TokenBucket(table(q, capacity, clock, policy)?),
+        Kind::LeakyBucket => AnyKeyed::LeakyBucket(table(q, capacity, clock, policy)?),
+        Kind::FixedWindow => AnyKeyed::FixedWindow(table(q, capacity, clock, policy)?),
+        Kind::SlidingWindow => AnyKeyed::SlidingWindow(table(q, capacity, clock, policy)?),
+        kind => {
+            return Err(PyValueError::new_err(format!(
+                "{kind} has no keyed form: use one of {}",
+                keyed_names()
+            )))
+        }
+    })
+}
+
+/// The kinds with a keyed form, from the core's list.
+fn keyed_names() -> String {
+    Kind::ALL
+        .iter()
+        .filter(|k| k.caps().keyed)
+        .map(|k| format!("{:?}", k.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn policy_name(p: FullPolicy) -> &'static str {
     match p {
@@ -156,27 +234,34 @@ impl PyKeyedStats {
 #[pyclass(frozen, name = "KeyedLimiter", module = "sluicegate._sluicegate")]
 pub struct PyKeyedLimiter {
     inner: AnyKeyed,
-    quota: Quota,
-    algorithm: &'static str,
+    spec: Spec,
 }
 
 #[pymethods]
 impl PyKeyedLimiter {
     #[new]
-    #[pyo3(signature = (limit = None, *, capacity = 100_000, algorithm = "token_bucket", policy = "evict_stalest", amount = None, period = None, burst = None, clock = None))]
+    #[pyo3(signature = (limit = None, *, capacity = None, algorithm = "token_bucket", policy = "evict_stalest", amount = None, period = None, burst = None, clock = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         limit: Option<&Bound<'_, PyAny>>,
-        capacity: usize,
+        capacity: Option<&Bound<'_, PyAny>>,
         algorithm: &str,
         policy: &str,
-        amount: Option<u64>,
+        amount: Option<&Bound<'_, PyAny>>,
         period: Option<&Bound<'_, PyAny>>,
-        burst: Option<u64>,
+        burst: Option<&Bound<'_, PyAny>>,
         clock: Option<Py<PyManualClock>>,
     ) -> PyResult<Self> {
-        let quotas = quota::from_args(limit, amount, period, burst)?;
-        let quota = quota::one(quotas, "KeyedLimiter")?;
+        let kind: Kind = algorithm
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("unknown algorithm {algorithm:?}: {e}")))?;
+        let spec = spec_of(kind, limit, amount, period, burst)?;
+        if spec.quotas().len() != 1 {
+            return Err(PyValueError::new_err(format!(
+                "KeyedLimiter takes one limit, not {}",
+                spec.quotas().len()
+            )));
+        }
         let policy = match policy {
             "evict_stalest" => FullPolicy::EvictStalest,
             "reject" => FullPolicy::Reject,
@@ -187,52 +272,19 @@ impl PyKeyedLimiter {
                 )))
             }
         };
-        let c = PyClock::from_arg(clock);
-        let (inner, algorithm) = match algorithm {
-            "token_bucket" => (
-                KeyedLimiter::with_clock(quota, capacity, c)
-                    .map(|t| AnyKeyed::TokenBucket(t.with_policy(policy))),
-                "token_bucket",
-            ),
-            "leaky_bucket" => (
-                KeyedLimiter::with_clock(quota, capacity, c)
-                    .map(|t| AnyKeyed::LeakyBucket(t.with_policy(policy))),
-                "leaky_bucket",
-            ),
-            "fixed_window" => {
-                quota::no_burst(&[quota], "fixed_window")?;
-                (
-                    KeyedLimiter::with_clock(quota, capacity, c)
-                        .map(|t| AnyKeyed::FixedWindow(t.with_policy(policy))),
-                    "fixed_window",
-                )
-            }
-            "sliding_window" => {
-                quota::no_burst(&[quota], "sliding_window")?;
-                (
-                    KeyedLimiter::with_clock(quota, capacity, c)
-                        .map(|t| AnyKeyed::SlidingWindow(t.with_policy(policy))),
-                    "sliding_window",
-                )
-            }
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown algorithm {other:?}: expected {ALGORITHMS}"
-                )))
-            }
+        let capacity = match capacity {
+            Some(c) => size(c, "capacity")?,
+            None => DEFAULT_CAPACITY,
         };
-        Ok(Self {
-            inner: inner.map_err(errors::config)?,
-            quota,
-            algorithm,
-        })
+        let inner = any_keyed(&spec, capacity, PyClock::from_arg(clock), policy)?;
+        Ok(Self { inner, spec })
     }
 
     /// Takes `n` units for `key`.
-    #[pyo3(signature = (key, n = 1))]
+    #[pyo3(signature = (key, n = Cost::ONE))]
     #[inline]
-    fn check(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<PyDecision> {
-        let n = cost(n)?;
+    fn check(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+        let n = n.0;
         match with_key(key, |k| self.inner.check_n(k, n))? {
             Ok(d) => Ok(d.into()),
             Err(e) => Err(errors::capacity(e)),
@@ -240,53 +292,52 @@ impl PyKeyedLimiter {
     }
 
     /// What `check(key, n)` would answer, taking nothing (and placing no key).
-    #[pyo3(signature = (key, n = 1))]
-    fn peek(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<PyDecision> {
-        let n = cost(n)?;
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn peek(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+        let n = n.0;
         with_key(key, |k| self.inner.peek_n(k, n))?
             .map(Into::into)
             .map_err(errors::capacity)
     }
 
     /// `check(key, n)` as a bool.
-    #[pyo3(signature = (key, n = 1))]
-    fn try_acquire(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<bool> {
-        let n = cost(n)?;
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn try_acquire(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<bool> {
+        let n = n.0;
         with_key(key, |k| self.inner.check_n(k, n))?
             .map(|d| d.allowed)
             .map_err(errors::capacity)
     }
 
     /// Blocks (GIL released) until `n` units are taken for `key`.
-    #[pyo3(signature = (key, n = 1, timeout = None))]
+    #[pyo3(signature = (key, n = Cost::ONE, timeout = None))]
     fn acquire(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: i64,
+        n: Cost,
         timeout: Option<f64>,
     ) -> PyResult<PyDecision> {
-        let n = cost(n)?;
+        let n = n.0;
         with_key(key, |k| {
             wait::blocking(py, timeout, || self.inner.check_n(k, n))
         })?
     }
 
     /// `await`s until `n` units are taken for `key`, with `asyncio.sleep`.
-    #[pyo3(signature = (key, n = 1, timeout = None))]
+    #[pyo3(signature = (key, n = Cost::ONE, timeout = None))]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
-        n: i64,
+        n: Cost,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        cost(n)?;
         wait::deadline(timeout)?;
         with_key(key, |_| ())?;
         wait::coroutine(
             slf.py(),
             "acquire_keyed",
-            (slf.getattr("check")?, key, n, timeout),
+            (slf.getattr("check")?, key, n.0, timeout),
         )
     }
 
@@ -321,30 +372,27 @@ impl PyKeyedLimiter {
     /// The algorithm every key runs.
     #[getter]
     fn algorithm(&self) -> &'static str {
-        self.algorithm
+        self.spec.kind().name()
     }
 
     /// The most units one request can take.
     #[getter]
     fn limit(&self) -> u64 {
-        match self.inner {
-            AnyKeyed::TokenBucket(_) | AnyKeyed::LeakyBucket(_) => self.quota.burst_size(),
-            _ => self.quota.amount(),
-        }
+        self.spec.capacity()
     }
 
     /// The limit, as a one-element tuple.
     #[getter]
     fn quotas<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        quota::to_tuple(py, &[self.quota])
+        quota::to_tuple(py, self.spec.quotas())
     }
 
     fn __repr__(&self) -> String {
         format!(
             "KeyedLimiter({:?}, capacity={}, algorithm={:?}, policy={:?})",
-            describe_all(&[self.quota]),
+            describe_all(self.spec.quotas()),
             self.capacity(),
-            self.algorithm,
+            self.spec.kind().name(),
             self.policy()
         )
     }

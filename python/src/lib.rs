@@ -4,6 +4,7 @@
 //! released only where a call sleeps (`acquire`).
 
 mod aio;
+mod args;
 mod clock;
 mod decision;
 mod errors;
@@ -11,6 +12,7 @@ mod keyed;
 mod limiters;
 mod quota;
 mod redis;
+mod shaper;
 mod wait;
 
 use pyo3::prelude::*;
@@ -22,15 +24,18 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decision::PyDecision>()?;
     m.add_class::<decision::PyReservation>()?;
     m.add_class::<quota::PyQuota>()?;
+    m.add_class::<limiters::PyLimiter>()?;
     m.add_class::<limiters::PyTokenBucket>()?;
     m.add_class::<limiters::PyLeakyBucket>()?;
     m.add_class::<limiters::PyFixedWindow>()?;
     m.add_class::<limiters::PySlidingWindow>()?;
     m.add_class::<limiters::PySlidingLog>()?;
-    m.add_class::<limiters::PyShaper>()?;
+    m.add_class::<shaper::PyShaper>()?;
     m.add_class::<limiters::PyStriped>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<keyed::PyKeyedStats>()?;
+    m.add_class::<redis::PyRedisOptions>()?;
+    m.add_class::<redis::PyRedisBase>()?;
     m.add_class::<redis::PyRedisLimiter>()?;
     m.add_class::<redis::PyRedisKeyedLimiter>()?;
     Ok(())

@@ -20,7 +20,15 @@ Middleware: :mod:`sluicegate.asgi` and :mod:`sluicegate.wsgi`.
 """
 
 from ._decorator import rate_limit
-from ._errors import AcquireTimeout, CapacityError, RateLimited, SluicegateError
+from ._errors import (
+    AcquireTimeout,
+    BackendError,
+    BackendTimeout,
+    CapacityError,
+    CircuitOpen,
+    RateLimited,
+    SluicegateError,
+)
 from ._sluicegate import (
     Decision,
     FixedWindow,
@@ -31,6 +39,7 @@ from ._sluicegate import (
     Quota,
     RedisKeyedLimiter,
     RedisLimiter,
+    RedisOptions,
     Reservation,
     Shaper,
     SlidingLog,
@@ -42,7 +51,10 @@ from ._sluicegate import (
 
 __all__ = [
     "AcquireTimeout",
+    "BackendError",
+    "BackendTimeout",
     "CapacityError",
+    "CircuitOpen",
     "Decision",
     "FixedWindow",
     "KeyedLimiter",
@@ -53,6 +65,7 @@ __all__ = [
     "RateLimited",
     "RedisKeyedLimiter",
     "RedisLimiter",
+    "RedisOptions",
     "Reservation",
     "Shaper",
     "SlidingLog",

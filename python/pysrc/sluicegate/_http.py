@@ -17,6 +17,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Literal, Protocol, Union
@@ -164,6 +166,8 @@ class HttpLimiter:
             key=lambda pr: pr[0].rank(),
         )
         self.exempt = [_Pattern(p) for p in exempt]
+        if table_factory is None and (self.default is not None or any(r for _, r in self.routes)):
+            warn_if_multi_worker()
 
     def _rule(self, name: str, spec: _LimitSpec) -> Rule:
         if isinstance(spec, (str, Quota)):
@@ -338,3 +342,76 @@ def _forwarded_for(value: str) -> list[str]:
             if name.strip().lower() == "for" and val:
                 hops.append(val.strip().strip('"'))
     return hops
+
+
+# --- several worker processes -------------------------------------------------
+
+_warned_multi_worker = False
+
+
+def _flag_value(args: list[str], flags: tuple[str, ...]) -> int | None:
+    """The integer after one of ``flags`` (``--workers 4``, ``--workers=4``,
+    ``-w 4``, ``-w4``) in a command line, or None."""
+    for i, arg in enumerate(args):
+        for flag in flags:
+            value: str | None = None
+            if arg == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg[len(flag) + 1 :]
+            elif len(flag) == 2 and arg.startswith(flag) and arg[2:].isdigit():
+                value = arg[2:]
+            if value is not None and value.isdigit():
+                return int(value)
+    return None
+
+
+def _parent_cmdline() -> list[str]:
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def server_workers(environ: Mapping[str, str] | None = None, parent: list[str] | None = None) -> int | None:
+    """How many worker processes the server running this process has, when that
+    can be told: ``uvicorn --workers N`` or ``gunicorn -w N`` in the parent's
+    command line (a worker is a child of the server's main process), gunicorn's
+    ``GUNICORN_CMD_ARGS``, or ``WEB_CONCURRENCY`` (read by uvicorn and gunicorn).
+    None when nothing says."""
+    env = os.environ if environ is None else environ
+    args = _parent_cmdline() if parent is None else parent
+    servers = ("uvicorn", "gunicorn", "hypercorn")
+    if any(os.path.basename(a).startswith(servers) or a in servers for a in args[:3]):
+        found = _flag_value(args, ("--workers", "-w"))
+        if found is not None:
+            return found
+        gunicorn_args = env.get("GUNICORN_CMD_ARGS", "").split()
+        found = _flag_value(gunicorn_args, ("--workers", "-w"))
+        if found is not None:
+            return found
+    concurrency = env.get("WEB_CONCURRENCY", "")
+    return int(concurrency) if concurrency.isdigit() else None
+
+
+def warn_if_multi_worker() -> None:
+    """Warns once per process (a ``RuntimeWarning``) when an in-process table runs
+    inside a server with several workers: each worker would keep its own count,
+    so a limit would admit up to workers × the limit."""
+    global _warned_multi_worker
+    if _warned_multi_worker:
+        return
+    workers = server_workers()
+    if workers is None or workers <= 1:
+        return
+    _warned_multi_worker = True
+    warnings.warn(
+        f"sluicegate: this server runs {workers} worker processes and the rate-limit "
+        "middleware keeps its counts in this process, so each worker limits on its own "
+        f"(up to {workers}x the limit in all). Share the state: "
+        "table_factory=lambda q: sluicegate.RedisKeyedLimiter(q, name=..., "
+        "redis=sluicegate.RedisOptions(url), hybrid=True)",
+        RuntimeWarning,
+        stacklevel=4,
+    )

@@ -98,3 +98,15 @@ api.add_middleware(
     limits="100/minute",
     table_factory=lambda q: sluicegate.RedisKeyedLimiter(q, url="redis://127.0.0.1:6379", name="http"),
 )
+
+redis_opts = sluicegate.RedisOptions("redis://127.0.0.1:6379", timeout=0.05, failure_policy="closed")
+shared = sluicegate.RedisKeyedLimiter("10/second", name="api", redis=redis_opts, hybrid=True)
+batch: list[Decision] = shared.check_many(["a", ("b", 2)])
+sourced: tuple[Decision, str] = sluicegate.RedisLimiter("1/s", name="one", redis=redis_opts).check_with_source()
+hybrid_counts: dict[str, int] | None = shared.hybrid_stats
+try:
+    shared.try_check("a")
+except sluicegate.BackendTimeout:
+    pass
+except sluicegate.BackendError:
+    pass
