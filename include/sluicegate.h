@@ -27,15 +27,19 @@
 #include <stdint.h>
 
 /**
+ * The most limits one compound limiter holds (e.g. per second, per minute,
+ * per hour, per day). All of them use the same algorithm.
+ *
+ * The Rust core accepts up to 8 limits; the C ABI keeps its published 4: a
+ * program compiled against this header sizes its arrays with it, and a count
+ * above it is `SLUICEGATE_ERR_LIMIT_COUNT` by contract.
+ */
+#define SLUICEGATE_MAX_LIMITS 4
+
+/**
  * The most keys one table may be built for: 2^28 (16 bytes each: 4 GiB).
  */
 #define SLUICEGATE_KEYED_MAX_CAPACITY (1 << 28)
-
-/**
- * The most limits one compound limiter holds (e.g. per second, per minute,
- * per hour, per day). All of them use the same algorithm.
- */
-#define SLUICEGATE_MAX_LIMITS 4
 
 /**
  * `timeout_ns` when 0: the longest one call to Redis may take (25 ms).
@@ -636,8 +640,8 @@ sluicegate_status sluicegate_config_parse_list(const char *s,
                                                struct sluicegate_parse_error *err);
 
 /**
- * Checks `config` exactly as `sluicegate_limiter_new` would (building and
- * dropping a limiter), and writes a NUL-terminated English explanation into
+ * Checks `config` exactly as `sluicegate_limiter_new` does (without building
+ * anything), and writes a NUL-terminated English explanation into
  * `msg` (at most `msg_len` bytes including the NUL, truncated): `"ok"`, or what
  * is wrong and the largest accepted value, e.g. `"burst is too large for this
  * limiter: the maximum is 213503"`. `msg` may be NULL (or `msg_len` 0) for the

@@ -88,26 +88,31 @@ impl SpecCell {
         loop {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
-                let w: [u64; SPEC_WORDS] =
-                    core::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+                let spec = self.read();
                 crate::sync::fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == s1 {
-                    let mut quotas = [Quota::from_nanos(0, 0); Spec::MAX_LIMITS];
-                    for (i, q) in quotas.iter_mut().enumerate() {
-                        *q = Quota::from_nanos(w[3 * i], w[3 * i + 1]).burst(w[3 * i + 2]);
-                    }
-                    return self.base.with_checked_quotas(&quotas, w[SPEC_WORDS - 1]);
+                    return spec;
                 }
             }
             spin_loop();
         }
     }
 
-    /// Runs `apply` as the one writer, and records `spec` if it succeeds.
+    /// The spec in the words (consistent when no writer overlaps).
+    fn read(&self) -> Spec {
+        let w = |i: usize| self.words[i].load(Ordering::Relaxed);
+        let quotas: [Quota; Spec::MAX_LIMITS] =
+            core::array::from_fn(|i| Quota::from_nanos(w(3 * i), w(3 * i + 1)).burst(w(3 * i + 2)));
+        self.base.with_checked_quotas(&quotas, w(SPEC_WORDS - 1))
+    }
+
+    /// As the one writer: computes the new spec from the current one with
+    /// `next`, applies it to the limiter with `apply`, and records it if both
+    /// succeed.
     fn update(
         &self,
-        spec: &Spec,
-        apply: impl FnOnce() -> Result<(), SpecError>,
+        next: impl FnOnce(Spec) -> Result<Spec, SpecError>,
+        apply: impl FnOnce(&Spec, &Spec) -> Result<(), SpecError>,
     ) -> Result<(), SpecError> {
         let s = loop {
             let s = self.seq.load(Ordering::Relaxed);
@@ -122,10 +127,12 @@ impl SpecCell {
             spin_loop();
         };
         crate::sync::fence(Ordering::Release);
-        let result = apply();
-        if result.is_ok() {
-            self.store(spec);
-        }
+        let current = self.read();
+        let result = next(current).and_then(|new| {
+            apply(&current, &new)?;
+            self.store(&new);
+            Ok(())
+        });
         self.seq.store(s + 2, Ordering::Release);
         result
     }
@@ -301,7 +308,46 @@ impl<C> AnyLimiter<C> {
         if spec.max_delay_ns() != base.max_delay_ns() {
             return immutable("max delay");
         }
-        self.spec.update(spec, || self.engine.set_spec(base, spec))
+        self.spec
+            .update(|_| Ok(*spec), |old, new| self.engine.set_spec(old, new))
+    }
+
+    /// Changes quota `index` alone (0 for a single limit), keeping the others and
+    /// the kind's parameters; as [`Self::set_spec`] otherwise. Concurrent changes
+    /// of different quotas are all kept.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, ConfigError, Kind, Quota, Spec, SpecError};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::TokenBucket, "1/s; 5/m")?, ())?;
+    /// l.set_quota(0, &Quota::per_second(5))?;
+    /// assert_eq!(l.spec(), Spec::parse(Kind::TokenBucket, "5/s; 5/m")?);
+    /// assert_eq!(l.check_n_at(5, 0)?.decision.remaining, 0);
+    /// let e = l.set_quota(2, &Quota::per_second(5)).unwrap_err();
+    /// assert_eq!(e, SpecError::Config { index: 2, error: ConfigError::TooLarge { field: "index", max: 1 } });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, index: usize, quota: &Quota) -> Result<(), SpecError> {
+        self.spec.update(
+            |current| {
+                let mut quotas = [*quota; Spec::MAX_LIMITS];
+                let n = current.quotas().len();
+                if index >= n {
+                    return Err(SpecError::Config {
+                        index,
+                        error: crate::error::ConfigError::TooLarge {
+                            field: "index",
+                            max: n.saturating_sub(1) as u64,
+                        },
+                    });
+                }
+                quotas[..n].copy_from_slice(current.quotas());
+                quotas[index] = *quota;
+                Spec::new(current.kind(), &quotas[..n])?
+                    .with_max_delay_ns(current.max_delay_ns())?
+                    .with_log_capacity(current.log_capacity_set().unwrap_or(0))
+            },
+            |old, new| self.engine.set_spec(old, new),
+        )
     }
 
     /// The current spec (as built, with the quotas of the last `set_spec`).

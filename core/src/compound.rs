@@ -206,7 +206,7 @@ pub(crate) fn charge_all<A: Algorithm>(
 }
 
 #[inline]
-fn merge(acc: Option<Decision>, d: &Decision) -> Decision {
+pub(crate) fn merge(acc: Option<Decision>, d: &Decision) -> Decision {
     match acc {
         None => *d,
         Some(a) => {

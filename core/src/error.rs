@@ -48,6 +48,13 @@ pub enum ConfigError {
         /// The field.
         field: &'static str,
     },
+    /// The memory a caller-sized structure needs (a keyed table, a sliding log's
+    /// ring) could not be allocated, or its size overflows `usize`
+    /// (`bytes = usize::MAX`). Nothing was allocated.
+    Alloc {
+        /// The size of the allocation that failed.
+        bytes: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -70,6 +77,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "{field} cannot be changed on a live limiter; build a new limiter instead"
             ),
+            Self::Alloc { bytes } => write!(f, "could not allocate {bytes} bytes"),
         }
     }
 }

@@ -186,6 +186,20 @@ impl Algorithm for Fixed {
         count == 0 || now / p.window_ns > index
     }
 
+    /// The later window with the larger count: in the earlier window it counts at
+    /// least as much (a word of a later window is read as the current one), in the
+    /// later one too, and both are fresh after it.
+    fn join(p: &FixedParams, a: u64, b: u64, now: u64) -> Option<u64> {
+        if Self::is_fresh(p, a, now) {
+            return Some(b);
+        }
+        if Self::is_fresh(p, b, now) {
+            return Some(a);
+        }
+        let ((ia, ca, _), (ib, cb, _)) = (p.layout.unpack(a), p.layout.unpack(b));
+        Some(p.layout.pack(ia.max(ib), ca.max(cb), 0))
+    }
+
     fn give_back(p: &FixedParams, word: u64, n: u64, _prev: u64, next: u64, _now: u64) -> u64 {
         let (index, count, _) = p.layout.unpack(word);
         if index == p.layout.unpack(next).0 {

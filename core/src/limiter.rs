@@ -78,6 +78,25 @@ pub trait Algorithm {
     /// when other updates have since turned `next` into `word`. Never credits more
     /// than the admission took (see the compound limiter's docs).
     fn give_back(p: &Self::Params, word: u64, n: u64, prev: u64, next: u64, now: u64) -> u64;
+    /// A word at least as restrictive as both `a` and `b` at `now` and at every
+    /// later time and under any parameters the limiter can be reconfigured to:
+    /// from it, no request is admitted that `a` or `b` would deny. A keyed table
+    /// folds the state of each key it evicts into such words (see
+    /// [`crate::keyed`]). `None` (the default) means the algorithm offers no join:
+    /// a full table then turns a new key away instead of evicting a live one.
+    ///
+    /// ```
+    /// use sluicegate::{Algorithm, Gcra, Quota};
+    /// let p = Gcra::params(&Quota::per_second(10)).unwrap();
+    /// let a = Gcra::decide(&p, 0, 0, 3).next.unwrap();
+    /// let b = Gcra::decide(&p, 0, 0, 7).next.unwrap();
+    /// let j = Gcra::join(&p, a, b, 0).unwrap();
+    /// assert_eq!(Gcra::decide(&p, j, 0, 1).decision.remaining, 2); // as b
+    /// ```
+    fn join(p: &Self::Params, a: u64, b: u64, now: u64) -> Option<u64> {
+        let _ = (p, a, b, now);
+        None
+    }
 }
 
 /// A seqlock of parameter words: read on every check, written only by
@@ -171,21 +190,54 @@ impl ConfigCell {
     }
 }
 
-/// Runs one decision against `word` as a single compare-and-swap loop.
+/// A place that holds one state word: a limiter's own `AtomicU64`, or a keyed
+/// table's slot (which also holds the key's fingerprint). [`apply_cell`] is the
+/// one compare-and-swap loop over any of them.
+pub(crate) trait StateCell {
+    /// What one load returns.
+    type Raw: Copy;
+    /// The state word in `raw`, or `None` when the cell no longer holds the state
+    /// being decided (a keyed slot another key has taken over).
+    fn state(&self, raw: Self::Raw) -> Option<u64>;
+    /// Replaces the state of `current` by `next` if the cell still holds
+    /// `current` (orderings [`order::CAS_OK`] / [`order::CAS_ERR`]; may fail
+    /// spuriously); otherwise returns what it holds.
+    fn swap_state(&self, current: Self::Raw, next: u64) -> Result<(), Self::Raw>;
+}
+
+impl StateCell for AtomicU64 {
+    type Raw = u64;
+    #[inline]
+    fn state(&self, raw: u64) -> Option<u64> {
+        Some(raw)
+    }
+    #[inline]
+    fn swap_state(&self, current: u64, next: u64) -> Result<(), u64> {
+        self.compare_exchange_weak(current, next, order::CAS_OK, order::CAS_ERR)
+            .map(|_| ())
+    }
+}
+
+/// The compare-and-swap loop: decides on the state in `raw` (a load of `cell`)
+/// and writes the new state, again and again until the write lands.
 ///
 /// `params` is called on every attempt (it is the config cell's read), after the
 /// word is loaded: see the module docs for why that order matters. With `consume`
-/// false nothing is written. Returns the step and the word it was decided on.
+/// false nothing is written. Returns the step and the word it was decided on, or
+/// `None` when the cell stopped holding the state (see [`StateCell::state`]).
 #[inline]
-pub(crate) fn apply<A: Algorithm>(
-    word: &AtomicU64,
+pub(crate) fn apply_cell<A: Algorithm, W: StateCell>(
+    cell: &W,
+    mut raw: W::Raw,
     params: impl Fn() -> A::Params,
     now: u64,
     n: u64,
     consume: bool,
-) -> Result<(Step, u64), InsufficientCapacity> {
-    let mut cur = word.load(order::LOAD);
+) -> Result<Option<(Step, u64)>, InsufficientCapacity> {
     loop {
+        let Some(cur) = cell.state(raw) else {
+            return Ok(None);
+        };
         let p = params();
         let capacity = A::capacity(&p);
         if n > capacity {
@@ -197,11 +249,66 @@ pub(crate) fn apply<A: Algorithm>(
         let step = A::decide(&p, cur, now, n);
         let next = match step.next {
             Some(next) if consume && next != cur => next,
-            _ => return Ok((step, cur)),
+            _ => return Ok(Some((step, cur))),
         };
-        match word.compare_exchange_weak(cur, next, order::CAS_OK, order::CAS_ERR) {
-            Ok(_) => return Ok((step, cur)),
-            Err(actual) => cur = actual,
+        match cell.swap_state(raw, next) {
+            Ok(()) => return Ok(Some((step, cur))),
+            Err(actual) => raw = actual,
+        }
+    }
+}
+
+/// Gives back `n` units of an admission `prev -> next` on `cell` (whose load was
+/// `raw`): restores `prev` if the cell still holds `next`, otherwise applies
+/// [`Algorithm::give_back`] (reading the time only then, as `Core::give_back`
+/// does). A cell that no longer holds the state gets nothing back: keeping the
+/// charge is the conservative answer.
+pub(crate) fn give_back_cell<A: Algorithm, W: StateCell>(
+    cell: &W,
+    mut raw: W::Raw,
+    params: impl Fn() -> A::Params,
+    n: u64,
+    (prev, next): (u64, u64),
+    now: impl Fn() -> u64,
+) {
+    let mut later: Option<u64> = None;
+    loop {
+        let Some(cur) = cell.state(raw) else {
+            return;
+        };
+        let back = if cur == next && later.is_none() {
+            prev
+        } else {
+            let now = *later.get_or_insert_with(&now);
+            A::give_back(&params(), cur, n, prev, next, now)
+        };
+        if back == cur {
+            return;
+        }
+        match cell.swap_state(raw, back) {
+            Ok(()) => return,
+            Err(actual) => raw = actual,
+        }
+    }
+}
+
+/// Runs one decision against `word` through [`apply_cell`]. Returns the step and
+/// the word it was decided on.
+#[inline]
+pub(crate) fn apply<A: Algorithm>(
+    word: &AtomicU64,
+    params: impl Fn() -> A::Params,
+    now: u64,
+    n: u64,
+    consume: bool,
+) -> Result<(Step, u64), InsufficientCapacity> {
+    loop {
+        // A plain word always holds its state, so `None` never comes back; were it
+        // to, deciding again is the safe answer.
+        if let Some(done) =
+            apply_cell::<A, _>(word, word.load(order::LOAD), &params, now, n, consume)?
+        {
+            return Ok(done);
         }
     }
 }

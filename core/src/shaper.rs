@@ -130,6 +130,10 @@ impl Algorithm for Shaping {
     fn is_fresh(_: &ShaperParams, word: u64, now: u64) -> bool {
         word <= now
     }
+    /// The later of two instants at which the bucket is full again.
+    fn join(_: &ShaperParams, a: u64, b: u64, _now: u64) -> Option<u64> {
+        Some(a.max(b))
+    }
     fn give_back(p: &ShaperParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
         p.gcra.give_back(word, n, next, now)
     }

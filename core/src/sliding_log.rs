@@ -86,7 +86,14 @@ impl<C> SlidingLog<C> {
 
     /// Allocates the ring for a validated quota and capacity.
     fn build(quota: Quota, capacity: u64, clock: C) -> Result<Self, ConfigError> {
-        let ring: Vec<AtomicU64> = (0..capacity).map(|_| AtomicU64::new(0)).collect();
+        // `capacity ≤ MAX_CAPACITY` (validated) fits any `usize` of 32 bits or more.
+        let capacity = capacity as usize;
+        let mut ring = Vec::new();
+        ring.try_reserve_exact(capacity)
+            .map_err(|_| ConfigError::Alloc {
+                bytes: capacity.saturating_mul(core::mem::size_of::<AtomicU64>()),
+            })?;
+        ring.extend((0..capacity).map(|_| AtomicU64::new(0)));
         Ok(Self::from_ring(quota, ring, clock))
     }
 

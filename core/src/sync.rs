@@ -50,6 +50,15 @@ impl AtomicU128 {
             Err(*g)
         }
     }
+    pub(crate) fn compare_exchange_weak(
+        &self,
+        current: u128,
+        new: u128,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u128, u128> {
+        self.compare_exchange(current, new, success, failure)
+    }
     pub(crate) fn fetch_and(&self, v: u128, _: Ordering) -> u128 {
         let mut g = self.0.lock().unwrap();
         let old = *g;
@@ -75,6 +84,13 @@ pub(crate) mod order {
     pub(crate) const CAS_OK: Ordering = Ordering::AcqRel;
     /// A failed compare-and-swap of a state word (it acts as a load).
     pub(crate) const CAS_ERR: Ordering = Ordering::Acquire;
+    /// Event counters: statistics, ordered with nothing.
+    pub(crate) const STAT: Ordering = Ordering::Relaxed;
+    /// Storing a state word outright (a reset).
+    pub(crate) const STORE: Ordering = Ordering::Release;
+    /// Releasing a keyed group's placement lock: what the holder wrote is seen by
+    /// the next holder, and the lock is seen as taken until then.
+    pub(crate) const UNLOCK: Ordering = Ordering::AcqRel;
 }
 
 /// Yields inside a spin loop: to loom's scheduler under the model checker (a spin

@@ -221,6 +221,10 @@ impl Algorithm for Gcra {
     fn is_fresh(_: &GcraParams, word: u64, now: u64) -> bool {
         word <= now
     }
+    /// The later of two instants at which the bucket is full again.
+    fn join(_: &GcraParams, a: u64, b: u64, _now: u64) -> Option<u64> {
+        Some(a.max(b))
+    }
     fn give_back(p: &GcraParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
         p.give_back(word, n, next, now)
     }
@@ -263,6 +267,10 @@ impl Algorithm for Leaky {
     }
     fn is_fresh(_: &GcraParams, word: u64, now: u64) -> bool {
         word <= now
+    }
+    /// The later of two instants at which the bucket is full again.
+    fn join(_: &GcraParams, a: u64, b: u64, _now: u64) -> Option<u64> {
+        Some(a.max(b))
     }
     fn give_back(p: &GcraParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
         p.give_back(word, n, next, now)

@@ -291,3 +291,19 @@ fn every_kind_and_size_builds() {
         }
     }
 }
+
+#[test]
+fn concurrent_set_quota_of_different_limits_keeps_both() {
+    let spec = Spec::parse(Kind::FixedWindow, "1/s; 1/m").unwrap();
+    let l = AnyLimiter::with_clock(&spec, ()).unwrap();
+    for round in 2..200u64 {
+        std::thread::scope(|s| {
+            s.spawn(|| l.set_quota(0, &Quota::per_second(round)).unwrap());
+            s.spawn(|| l.set_quota(1, &Quota::per_minute(round)).unwrap());
+        });
+        assert_eq!(
+            l.spec().quotas(),
+            [Quota::per_second(round), Quota::per_minute(round)]
+        );
+    }
+}

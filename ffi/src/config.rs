@@ -4,11 +4,20 @@ use core::ffi::c_char;
 use core::fmt::Write as _;
 
 use sluicegate::parse::{parse_quotas, ParseError, ParseErrorKind};
-use sluicegate::Quota;
+use sluicegate::{Kind, Quota, Spec, SpecError};
 
 use crate::boundary::guard;
 use crate::handle::{bytes, write};
 use crate::status::sluicegate_status::{self, *};
+
+/// The most limits one compound limiter holds (e.g. per second, per minute,
+/// per hour, per day). All of them use the same algorithm.
+///
+/// The Rust core accepts up to 8 limits; the C ABI keeps its published 4: a
+/// program compiled against this header sizes its arrays with it, and a count
+/// above it is `SLUICEGATE_ERR_LIMIT_COUNT` by contract.
+pub const SLUICEGATE_MAX_LIMITS: usize = 4;
+const _: () = assert!(SLUICEGATE_MAX_LIMITS <= Spec::MAX_LIMITS);
 
 /// The algorithms. Passed as a `uint32_t` (`sluicegate_config.algorithm`) and
 /// checked: any other value is `SLUICEGATE_ERR_BAD_ALGORITHM`.
@@ -39,27 +48,19 @@ pub enum sluicegate_algorithm {
 }
 
 impl sluicegate_algorithm {
-    /// The algorithm for a C integer, if it names one.
-    pub fn from_u32(v: u32) -> Option<Self> {
-        use sluicegate_algorithm::*;
-        Some(match v {
-            0 => SLUICEGATE_TOKEN_BUCKET,
-            1 => SLUICEGATE_LEAKY_BUCKET,
-            2 => SLUICEGATE_SHAPER,
-            3 => SLUICEGATE_FIXED_WINDOW,
-            4 => SLUICEGATE_SLIDING_WINDOW,
-            5 => SLUICEGATE_SLIDING_LOG,
-            _ => return None,
-        })
+    /// The core [`Kind`] of this C value: its number is the kind's index in
+    /// [`Kind::ALL`] (a unit test checks every name). The one place the C enum
+    /// meets the list of algorithms.
+    pub fn kind(self) -> Kind {
+        Kind::ALL[self as usize]
     }
+}
 
-    fn uses_burst(self) -> bool {
-        use sluicegate_algorithm::*;
-        matches!(
-            self,
-            SLUICEGATE_TOKEN_BUCKET | SLUICEGATE_LEAKY_BUCKET | SLUICEGATE_SHAPER
-        )
-    }
+/// The kind a C `algorithm` integer names, if any.
+fn kind_of(algorithm: u32) -> Option<Kind> {
+    usize::try_from(algorithm)
+        .ok()
+        .and_then(|i| Kind::ALL.get(i).copied())
 }
 
 /// One limit. Set `struct_size = sizeof(sluicegate_config)` and zero what you do
@@ -119,33 +120,34 @@ pub(crate) unsafe fn read_config(
     unsafe { crate::handle::read_versioned(p) }
 }
 
-/// A validated config: the algorithm and the quota it describes.
+/// One checked C config: the kind and the quota it describes, and the kind's
+/// parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Spec {
-    pub alg: sluicegate_algorithm,
+pub(crate) struct LimitConfig {
+    pub kind: Kind,
     pub quota: Quota,
     pub max_delay_ns: u64,
     pub log_capacity: u64,
 }
 
-impl Spec {
-    /// Checks the parts of a config the algorithm-specific constructors do not.
+impl LimitConfig {
+    /// Checks what the C struct allows and the core spec does not see: the
+    /// algorithm number, fields the kind does not use, and a window's burst.
     pub(crate) fn new(c: &sluicegate_config) -> Result<Self, sluicegate_status> {
-        use sluicegate_algorithm::*;
-        let alg =
-            sluicegate_algorithm::from_u32(c.algorithm).ok_or(SLUICEGATE_ERR_BAD_ALGORITHM)?;
-        if c.max_delay_ns != 0 && alg != SLUICEGATE_SHAPER {
+        let kind = kind_of(c.algorithm).ok_or(SLUICEGATE_ERR_BAD_ALGORITHM)?;
+        let caps = kind.caps();
+        if c.max_delay_ns != 0 && !caps.max_delay {
             return Err(SLUICEGATE_ERR_CONFIG_INVALID);
         }
-        if c.log_capacity != 0 && alg != SLUICEGATE_SLIDING_LOG {
+        if c.log_capacity != 0 && !caps.log_capacity {
             return Err(SLUICEGATE_ERR_CONFIG_INVALID);
         }
-        if !alg.uses_burst() && c.burst != 0 && c.burst != c.amount {
+        if !caps.burst && c.burst != 0 && c.burst != c.amount {
             return Err(SLUICEGATE_ERR_CONFIG_INVALID);
         }
         let burst = if c.burst == 0 { c.amount } else { c.burst };
         Ok(Self {
-            alg,
+            kind,
             quota: Quota::from_nanos(c.amount, c.period_ns).burst(burst),
             max_delay_ns: c.max_delay_ns,
             log_capacity: c.log_capacity,
@@ -160,6 +162,56 @@ impl Spec {
         // SAFETY: forwarded contract.
         Self::new(&unsafe { read_config(p) }?)
     }
+
+    /// The core spec of this config alone.
+    pub(crate) fn spec(&self) -> Result<Spec, Rejected> {
+        spec_of(core::slice::from_ref(self))
+    }
+}
+
+/// Why configs make no limiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rejected {
+    /// The core rejected the spec (its error names the field and the bound).
+    Spec(SpecError),
+    /// The C ABI's own rule (count, mixed algorithms).
+    Status(sluicegate_status),
+}
+
+impl From<Rejected> for sluicegate_status {
+    fn from(e: Rejected) -> Self {
+        match e {
+            Rejected::Spec(s) => s.into(),
+            Rejected::Status(s) => s,
+        }
+    }
+}
+
+impl From<SpecError> for Rejected {
+    fn from(e: SpecError) -> Self {
+        Self::Spec(e)
+    }
+}
+
+/// The core spec of `limits` (1 to `SLUICEGATE_MAX_LIMITS` of one algorithm,
+/// admitted all-or-nothing).
+pub(crate) fn spec_of(limits: &[LimitConfig]) -> Result<Spec, Rejected> {
+    let Some(first) = limits.first() else {
+        return Err(Rejected::Status(SLUICEGATE_ERR_LIMIT_COUNT));
+    };
+    if limits.len() > SLUICEGATE_MAX_LIMITS {
+        return Err(Rejected::Status(SLUICEGATE_ERR_LIMIT_COUNT));
+    }
+    if limits.iter().any(|l| l.kind != first.kind) {
+        return Err(Rejected::Status(SLUICEGATE_ERR_MIXED_ALGORITHMS));
+    }
+    let mut quotas = [first.quota; SLUICEGATE_MAX_LIMITS];
+    for (q, l) in quotas.iter_mut().zip(limits) {
+        *q = l.quota;
+    }
+    Ok(Spec::new(first.kind, &quotas[..limits.len()])?
+        .with_max_delay_ns(first.max_delay_ns)?
+        .with_log_capacity(first.log_capacity)?)
 }
 
 /// The static C message of a parse error kind: the core's message, NUL-terminated
@@ -399,8 +451,8 @@ impl core::fmt::Write for Msg<'_> {
     }
 }
 
-/// Checks `config` exactly as `sluicegate_limiter_new` would (building and
-/// dropping a limiter), and writes a NUL-terminated English explanation into
+/// Checks `config` exactly as `sluicegate_limiter_new` does (without building
+/// anything), and writes a NUL-terminated English explanation into
 /// `msg` (at most `msg_len` bytes including the NUL, truncated): `"ok"`, or what
 /// is wrong and the largest accepted value, e.g. `"burst is too large for this
 /// limiter: the maximum is 213503"`. `msg` may be NULL (or `msg_len` 0) for the
@@ -426,16 +478,13 @@ pub unsafe extern "C" fn sluicegate_config_validate(
             len: 0,
         };
         // SAFETY: the export's contract.
-        let result = unsafe { Spec::read(config) }.and_then(|spec| {
-            crate::limiter::build(&[spec])
-                .map(drop)
-                .map_err(|e| match e {
-                    crate::limiter::BuildError::Config(c) => {
-                        let _ = write!(text, "{c}");
-                        sluicegate_status::from(c)
-                    }
-                    crate::limiter::BuildError::Status(s) => s,
-                })
+        let result = unsafe { LimitConfig::read(config) }.and_then(|limit| {
+            limit.spec().map(drop).map_err(|e| {
+                if let Rejected::Spec(SpecError::Config { error, .. }) = e {
+                    let _ = write!(text, "{error}");
+                }
+                sluicegate_status::from(e)
+            })
         });
         if text.len == 0 {
             let status = result.err().unwrap_or(SLUICEGATE_OK);
@@ -471,6 +520,25 @@ mod tests {
         ] {
             assert_eq!(parse_message(k).to_str().unwrap(), k.message(), "{k:?}");
         }
+    }
+
+    #[test]
+    fn every_c_algorithm_is_the_kind_of_its_name() {
+        use sluicegate_algorithm::*;
+        for a in [
+            SLUICEGATE_TOKEN_BUCKET,
+            SLUICEGATE_LEAKY_BUCKET,
+            SLUICEGATE_SHAPER,
+            SLUICEGATE_FIXED_WINDOW,
+            SLUICEGATE_SLIDING_WINDOW,
+            SLUICEGATE_SLIDING_LOG,
+        ] {
+            let name = format!("SLUICEGATE_{}", a.kind().name().to_uppercase());
+            assert_eq!(format!("{a:?}"), name);
+            assert_eq!(kind_of(a as u32), Some(a.kind()));
+        }
+        assert_eq!(kind_of(Kind::ALL.len() as u32), None);
+        assert_eq!(kind_of(u32::MAX), None);
     }
 
     #[test]

@@ -3,11 +3,11 @@
 
 use sluicegate::keyed::{FullPolicy, Group, Keyed};
 use sluicegate::{
-    Algorithm, Clock, Decision, Fixed, Gcra, InsufficientCapacity, Leaky, Shaping, Sliding,
+    Algorithm, Clock, Decision, Fixed, Gcra, InsufficientCapacity, Kind, Leaky, Shaping, Sliding,
 };
 
 use crate::boundary::{guard, guard_void};
-use crate::config::{sluicegate_algorithm, sluicegate_config, Spec};
+use crate::config::{sluicegate_config, LimitConfig};
 use crate::handle::{borrow, bytes, free, publish, write};
 use crate::limiter::{answer, clock, sluicegate_decision, Clk};
 use crate::status::sluicegate_status::{self, *};
@@ -77,7 +77,7 @@ enum Inner {
 /// owned by the caller, released by `sluicegate_keyed_free`.
 pub struct sluicegate_keyed {
     inner: Inner,
-    alg: sluicegate_algorithm,
+    kind: Kind,
 }
 
 /// A fresh per-table seed from the OS (through std's SipHash keys), as the core does.
@@ -88,7 +88,7 @@ fn hasher() -> Hasher {
 }
 
 fn table<A: Algorithm>(
-    spec: &Spec,
+    spec: &LimitConfig,
     capacity: u64,
     policy: FullPolicy,
 ) -> Result<Table<A>, sluicegate_status> {
@@ -114,21 +114,24 @@ fn table<A: Algorithm>(
 }
 
 impl sluicegate_keyed {
-    fn new(spec: &Spec, capacity: u64, policy: FullPolicy) -> Result<Self, sluicegate_status> {
-        use sluicegate_algorithm::*;
-        let inner = match spec.alg {
-            SLUICEGATE_TOKEN_BUCKET => Inner::TokenBucket(table(spec, capacity, policy)?),
-            SLUICEGATE_LEAKY_BUCKET => Inner::LeakyBucket(table(spec, capacity, policy)?),
-            SLUICEGATE_SHAPER => Inner::Shaper(
+    fn new(
+        spec: &LimitConfig,
+        capacity: u64,
+        policy: FullPolicy,
+    ) -> Result<Self, sluicegate_status> {
+        let inner = match spec.kind {
+            Kind::TokenBucket => Inner::TokenBucket(table(spec, capacity, policy)?),
+            Kind::LeakyBucket => Inner::LeakyBucket(table(spec, capacity, policy)?),
+            Kind::Shaper => Inner::Shaper(
                 table::<Shaping>(spec, capacity, policy)?.with_max_delay(spec.max_delay_ns),
             ),
-            SLUICEGATE_FIXED_WINDOW => Inner::FixedWindow(table(spec, capacity, policy)?),
-            SLUICEGATE_SLIDING_WINDOW => Inner::SlidingWindow(table(spec, capacity, policy)?),
-            SLUICEGATE_SLIDING_LOG => return Err(SLUICEGATE_ERR_UNSUPPORTED),
+            Kind::FixedWindow => Inner::FixedWindow(table(spec, capacity, policy)?),
+            Kind::SlidingWindow => Inner::SlidingWindow(table(spec, capacity, policy)?),
+            Kind::SlidingLog => return Err(SLUICEGATE_ERR_UNSUPPORTED),
         };
         Ok(Self {
             inner,
-            alg: spec.alg,
+            kind: spec.kind,
         })
     }
 
@@ -191,7 +194,7 @@ pub unsafe extern "C" fn sluicegate_keyed_new(
             return Err(SLUICEGATE_ERR_NULL);
         }
         // SAFETY: the export's contract.
-        let spec = unsafe { Spec::read(config) }?;
+        let spec = unsafe { LimitConfig::read(config) }?;
         let policy =
             sluicegate_full_policy::from_u32(full_policy).ok_or(SLUICEGATE_ERR_BAD_POLICY)?;
         let keyed = sluicegate_keyed::new(&spec, capacity, policy)?;
@@ -384,8 +387,8 @@ pub unsafe extern "C" fn sluicegate_keyed_set_config(
         // SAFETY: the export's contract.
         let k = unsafe { borrow(keyed) }?;
         // SAFETY: the export's contract.
-        let spec = unsafe { Spec::read(config) }?;
-        if spec.alg != k.alg {
+        let spec = unsafe { LimitConfig::read(config) }?;
+        if spec.kind != k.kind {
             return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
         }
         if let Inner::Shaper(t) = &k.inner {

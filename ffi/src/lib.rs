@@ -63,11 +63,13 @@ pub mod status;
 pub mod striped;
 pub mod version;
 
-pub use config::{sluicegate_algorithm, sluicegate_config, sluicegate_parse_error};
+pub use config::{
+    sluicegate_algorithm, sluicegate_config, sluicegate_parse_error, SLUICEGATE_MAX_LIMITS,
+};
 pub use keyed::{
     sluicegate_full_policy, sluicegate_keyed, sluicegate_keyed_stats, SLUICEGATE_KEYED_MAX_CAPACITY,
 };
-pub use limiter::{sluicegate_decision, sluicegate_limiter, SLUICEGATE_MAX_LIMITS};
+pub use limiter::{sluicegate_decision, sluicegate_limiter};
 #[cfg(feature = "redis")]
 pub use redis::{
     sluicegate_failure_policy, sluicegate_redis, sluicegate_redis_config, sluicegate_source,

@@ -1,21 +1,15 @@
 //! `sluicegate_limiter`: one limiter of any algorithm, or a compound of up to
-//! [`SLUICEGATE_MAX_LIMITS`] limits of one algorithm checked all-or-nothing.
+//! [`SLUICEGATE_MAX_LIMITS`] limits of one algorithm checked all-or-nothing,
+//! over the core's [`AnyLimiter`].
 
 use std::sync::OnceLock;
 
-use sluicegate::{
-    Algorithm, Clock, Compound, ConfigError, Decision, Fixed, Gcra, InsufficientCapacity, Leaky,
-    Limiter, QuantaClock, Quota, Shaper, Sliding, SlidingLog,
-};
+use sluicegate::{AnyLimiter, Clock, Decision, InsufficientCapacity, Outcome, QuantaClock};
 
 use crate::boundary::{guard, guard_value, guard_void};
-use crate::config::{sluicegate_algorithm, sluicegate_config, Spec};
+use crate::config::{sluicegate_config, spec_of, LimitConfig, SLUICEGATE_MAX_LIMITS};
 use crate::handle::{borrow, free, publish};
 use crate::status::sluicegate_status::{self, *};
-
-/// The most limits one compound limiter holds (e.g. per second, per minute,
-/// per hour, per day). All of them use the same algorithm.
-pub const SLUICEGATE_MAX_LIMITS: usize = 4;
 
 /// The clock every handle reads (and `sluicegate_now_ns` returns): one
 /// TSC-backed monotonic clock for the whole process, so a caller that reads it
@@ -73,17 +67,16 @@ impl sluicegate_decision {
         }
     }
 
+    /// The decision and the shaper's wait of a core outcome.
+    #[inline(always)]
+    pub(crate) fn of(o: Outcome) -> Self {
+        Self::new(o.decision, o.delay_ns)
+    }
+
     /// The decision written for a cost that can never be admitted.
     #[cold]
     pub(crate) fn over_capacity(e: InsufficientCapacity) -> Self {
-        Self {
-            allowed: false,
-            remaining: 0,
-            retry_after_ns: u64::MAX,
-            reset_after_ns: 0,
-            limit: e.capacity,
-            delay_ns: 0,
-        }
+        Self::new(Decision::never(e.capacity), 0)
     }
 }
 
@@ -108,167 +101,12 @@ pub(crate) unsafe fn answer(
     status
 }
 
-/// A compound limiter of any algorithm and size, behind one vtable.
-trait Multi: Send + Sync {
-    fn run(
-        &self,
-        n: u64,
-        now: Option<u64>,
-        consume: bool,
-    ) -> Result<Decision, InsufficientCapacity>;
-    fn set_quota(&self, index: usize, quota: &Quota) -> Result<(), ConfigError>;
-    fn len(&self) -> usize;
-}
-
-impl<A: Algorithm, const N: usize> Multi for Compound<A, N, Clk>
-where
-    Compound<A, N, Clk>: Send + Sync,
-{
-    fn run(
-        &self,
-        n: u64,
-        now: Option<u64>,
-        consume: bool,
-    ) -> Result<Decision, InsufficientCapacity> {
-        match (now, consume) {
-            (Some(t), true) => self.check_n_at(n, t),
-            (None, true) => self.check_n(n),
-            (t, false) => self.peek_n_at(n, t.unwrap_or_else(|| clock().now())),
-        }
-    }
-    fn set_quota(&self, index: usize, quota: &Quota) -> Result<(), ConfigError> {
-        Compound::set_quota(self, index, quota)
-    }
-    fn len(&self) -> usize {
-        N
-    }
-}
-
-enum Inner {
-    TokenBucket(Limiter<Gcra, Clk>),
-    LeakyBucket(Limiter<Leaky, Clk>),
-    Shaper(Shaper<Clk>),
-    FixedWindow(Limiter<Fixed, Clk>),
-    SlidingWindow(Limiter<Sliding, Clk>),
-    SlidingLog(SlidingLog<Clk>),
-    Compound(Box<dyn Multi>),
-}
-
 /// An opaque limiter handle: one limit, or up to `SLUICEGATE_MAX_LIMITS` limits of
 /// one algorithm admitted all-or-nothing. Thread-safe: any number of threads may
 /// check it at once. Created by `sluicegate_limiter_new`, owned by the caller,
 /// released by `sluicegate_limiter_free`.
 pub struct sluicegate_limiter {
-    inner: Inner,
-    alg: sluicegate_algorithm,
-}
-
-/// Why a limiter could not be built.
-pub(crate) enum BuildError {
-    /// The core rejected the quota (carries the field and the bound).
-    Config(ConfigError),
-    /// Anything else.
-    Status(sluicegate_status),
-}
-
-impl From<ConfigError> for BuildError {
-    fn from(e: ConfigError) -> Self {
-        Self::Config(e)
-    }
-}
-
-impl From<BuildError> for sluicegate_status {
-    fn from(e: BuildError) -> Self {
-        match e {
-            BuildError::Config(c) => c.into(),
-            BuildError::Status(s) => s,
-        }
-    }
-}
-
-fn compound<A: Algorithm + 'static>(specs: &[Spec]) -> Result<Box<dyn Multi>, BuildError>
-where
-    Compound<A, 2, Clk>: Send + Sync,
-    Compound<A, 3, Clk>: Send + Sync,
-    Compound<A, 4, Clk>: Send + Sync,
-{
-    let q = |i: usize| specs[i].quota;
-    Ok(match specs.len() {
-        2 => Box::new(Compound::<A, 2, Clk>::with_clock([q(0), q(1)], clock())?),
-        3 => Box::new(Compound::<A, 3, Clk>::with_clock(
-            [q(0), q(1), q(2)],
-            clock(),
-        )?),
-        4 => Box::new(Compound::<A, 4, Clk>::with_clock(
-            [q(0), q(1), q(2), q(3)],
-            clock(),
-        )?),
-        _ => return Err(BuildError::Status(SLUICEGATE_ERR_LIMIT_COUNT)),
-    })
-}
-
-/// Builds a limiter from validated specs (1 to `SLUICEGATE_MAX_LIMITS`).
-pub(crate) fn build(specs: &[Spec]) -> Result<sluicegate_limiter, BuildError> {
-    use sluicegate_algorithm::*;
-    let Some(first) = specs.first() else {
-        return Err(BuildError::Status(SLUICEGATE_ERR_LIMIT_COUNT));
-    };
-    if specs.len() > SLUICEGATE_MAX_LIMITS {
-        return Err(BuildError::Status(SLUICEGATE_ERR_LIMIT_COUNT));
-    }
-    if specs.iter().any(|s| s.alg != first.alg) {
-        return Err(BuildError::Status(SLUICEGATE_ERR_MIXED_ALGORITHMS));
-    }
-    let q = first.quota;
-    let inner = if specs.len() == 1 {
-        match first.alg {
-            SLUICEGATE_TOKEN_BUCKET => {
-                Inner::TokenBucket(Limiter::<Gcra, Clk>::with_clock(q, clock())?)
-            }
-            SLUICEGATE_LEAKY_BUCKET => {
-                Inner::LeakyBucket(Limiter::<Leaky, Clk>::with_clock(q, clock())?)
-            }
-            SLUICEGATE_SHAPER => Inner::Shaper(Shaper::with_clock(q, first.max_delay_ns, clock())?),
-            SLUICEGATE_FIXED_WINDOW => {
-                Inner::FixedWindow(Limiter::<Fixed, Clk>::with_clock(q, clock())?)
-            }
-            SLUICEGATE_SLIDING_WINDOW => {
-                Inner::SlidingWindow(Limiter::<Sliding, Clk>::with_clock(q, clock())?)
-            }
-            SLUICEGATE_SLIDING_LOG => {
-                let cap = if first.log_capacity == 0 {
-                    q.amount()
-                } else {
-                    first.log_capacity
-                };
-                if q.amount() > SlidingLog::<Clk>::MAX_CAPACITY {
-                    return Err(ConfigError::TooLarge {
-                        field: "amount",
-                        max: SlidingLog::<Clk>::MAX_CAPACITY,
-                    }
-                    .into());
-                }
-                if q.amount() == 0 {
-                    return Err(ConfigError::Zero { field: "amount" }.into());
-                }
-                Inner::SlidingLog(SlidingLog::with_capacity(q, cap, clock())?)
-            }
-        }
-    } else {
-        Inner::Compound(match first.alg {
-            SLUICEGATE_TOKEN_BUCKET => compound::<Gcra>(specs)?,
-            SLUICEGATE_LEAKY_BUCKET => compound::<Leaky>(specs)?,
-            SLUICEGATE_FIXED_WINDOW => compound::<Fixed>(specs)?,
-            SLUICEGATE_SLIDING_WINDOW => compound::<Sliding>(specs)?,
-            SLUICEGATE_SHAPER | SLUICEGATE_SLIDING_LOG => {
-                return Err(BuildError::Status(SLUICEGATE_ERR_UNSUPPORTED))
-            }
-        })
-    };
-    Ok(sluicegate_limiter {
-        inner,
-        alg: first.alg,
-    })
+    inner: AnyLimiter<Clk>,
 }
 
 impl sluicegate_limiter {
@@ -279,65 +117,32 @@ impl sluicegate_limiter {
         now: Option<u64>,
         consume: bool,
     ) -> Result<sluicegate_decision, InsufficientCapacity> {
-        let at = || now.unwrap_or_else(|| clock().now());
-        let plain = |d: Decision| sluicegate_decision::new(d, 0);
-        match &self.inner {
-            Inner::TokenBucket(l) if consume => l.check_n_at(n, at()).map(plain),
-            Inner::TokenBucket(l) => l.peek_n_at(n, at()).map(plain),
-            Inner::LeakyBucket(l) if consume => l.check_n_at(n, at()).map(plain),
-            Inner::LeakyBucket(l) => l.peek_n_at(n, at()).map(plain),
-            Inner::FixedWindow(l) if consume => l.check_n_at(n, at()).map(plain),
-            Inner::FixedWindow(l) => l.peek_n_at(n, at()).map(plain),
-            Inner::SlidingWindow(l) if consume => l.check_n_at(n, at()).map(plain),
-            Inner::SlidingWindow(l) => l.peek_n_at(n, at()).map(plain),
-            Inner::Shaper(s) if consume => s
-                .reserve_n_at(n, at())
-                .map(|r| sluicegate_decision::new(*r.decision(), r.delay_ns())),
-            Inner::Shaper(s) => s.peek_n_at(n, at()).map(plain),
-            Inner::SlidingLog(l) if consume => l.check_n_at(n, at()).map(plain),
-            Inner::SlidingLog(l) => l.peek_n_at(n, at()).map(plain),
-            Inner::Compound(c) => c.run(n, now, consume).map(plain),
+        let l = &self.inner;
+        match (now, consume) {
+            (Some(t), true) => l.check_n_at(n, t),
+            (Some(t), false) => l.peek_n_at(n, t),
+            (None, true) => l.check_n(n),
+            (None, false) => l.peek_n(n),
         }
+        .map(sluicegate_decision::of)
     }
 
-    fn set_config(&self, index: usize, spec: &Spec) -> Result<(), sluicegate_status> {
-        if spec.alg != self.alg {
+    /// Replaces limit `index` with `limit`; the algorithm, the shaper's max delay
+    /// and the log's capacity (when given) must stay as they are.
+    fn set_config(&self, index: usize, limit: &LimitConfig) -> Result<(), sluicegate_status> {
+        let current = self.inner.spec();
+        if limit.kind != current.kind() {
             return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
         }
-        let single = |index: usize| {
-            if index == 0 {
-                Ok(())
-            } else {
-                Err(SLUICEGATE_ERR_INDEX)
-            }
-        };
-        let q = &spec.quota;
-        match &self.inner {
-            Inner::TokenBucket(l) => single(index).and_then(|()| Ok(l.set_quota(q)?)),
-            Inner::LeakyBucket(l) => single(index).and_then(|()| Ok(l.set_quota(q)?)),
-            Inner::FixedWindow(l) => single(index).and_then(|()| Ok(l.set_quota(q)?)),
-            Inner::SlidingWindow(l) => single(index).and_then(|()| Ok(l.set_quota(q)?)),
-            Inner::Shaper(s) => {
-                single(index)?;
-                if spec.max_delay_ns != s.params().max_delay_ns() {
-                    return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
-                }
-                Ok(s.set_quota(q)?)
-            }
-            Inner::SlidingLog(l) => {
-                single(index)?;
-                if spec.log_capacity != 0 && spec.log_capacity != l.capacity() {
-                    return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
-                }
-                Ok(l.set_quota(q)?)
-            }
-            Inner::Compound(c) => {
-                if index >= c.len() {
-                    return Err(SLUICEGATE_ERR_INDEX);
-                }
-                Ok(c.set_quota(index, q)?)
-            }
+        if index >= current.quotas().len() {
+            return Err(SLUICEGATE_ERR_INDEX);
         }
+        if limit.max_delay_ns != current.max_delay_ns()
+            || (limit.log_capacity != 0 && limit.log_capacity != current.log_capacity())
+        {
+            return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
+        }
+        Ok(self.inner.set_quota(index, &limit.quota)?)
     }
 }
 
@@ -374,8 +179,8 @@ pub unsafe extern "C" fn sluicegate_limiter_new(
         // SAFETY: `configs` is a non-NULL array of at least one config.
         let first = unsafe { crate::config::read_config(configs) }?;
         let stride = first.struct_size as usize;
-        let mut specs = [Spec::new(&first)?; SLUICEGATE_MAX_LIMITS];
-        for (i, spec) in specs.iter_mut().enumerate().take(count).skip(1) {
+        let mut limits = [LimitConfig::new(&first)?; SLUICEGATE_MAX_LIMITS];
+        for (i, limit) in limits.iter_mut().enumerate().take(count).skip(1) {
             // SAFETY: element `i < count` of an array of `stride`-byte elements.
             let p = unsafe { configs.cast::<u8>().add(i * stride) }.cast::<sluicegate_config>();
             // SAFETY: as above.
@@ -383,9 +188,12 @@ pub unsafe extern "C" fn sluicegate_limiter_new(
             if c.struct_size as usize != stride {
                 return Err(SLUICEGATE_ERR_STRUCT_SIZE);
             }
-            *spec = Spec::new(&c)?;
+            *limit = LimitConfig::new(&c)?;
         }
-        let limiter = build(&specs[..count])?;
+        let spec = spec_of(&limits[..count])?;
+        let limiter = sluicegate_limiter {
+            inner: AnyLimiter::with_clock(&spec, clock())?,
+        };
         // SAFETY: `out` is non-NULL and valid for a write.
         unsafe { publish(out, limiter) }
     })
@@ -562,8 +370,8 @@ pub unsafe extern "C" fn sluicegate_limiter_set_config(
         // SAFETY: the export's contract.
         let l = unsafe { borrow(limiter) }?;
         // SAFETY: the export's contract.
-        let spec = unsafe { Spec::read(config) }?;
-        l.set_config(index, &spec)
+        let limit = unsafe { LimitConfig::read(config) }?;
+        l.set_config(index, &limit)
     })
 }
 
@@ -579,14 +387,6 @@ pub unsafe extern "C" fn sluicegate_limiter_reset(
     guard(|| {
         // SAFETY: the export's contract.
         let l = unsafe { borrow(limiter) }?;
-        match &l.inner {
-            Inner::TokenBucket(l) => l.reset(),
-            Inner::LeakyBucket(l) => l.reset(),
-            Inner::FixedWindow(l) => l.reset(),
-            Inner::SlidingWindow(l) => l.reset(),
-            Inner::Shaper(s) => s.reset(),
-            Inner::SlidingLog(_) | Inner::Compound(_) => return Err(SLUICEGATE_ERR_UNSUPPORTED),
-        }
-        Ok(())
+        Ok(l.inner.reset()?)
     })
 }

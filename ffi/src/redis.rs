@@ -31,11 +31,13 @@
 use core::ffi::{c_char, CStr};
 use core::time::Duration;
 
+use sluicegate::Kind;
+
 use ::sluicegate_redis::blocking::RedisLimiter;
 use ::sluicegate_redis::{Algorithm, Backend, Config, Error, FailurePolicy, Limit, Source};
 
 use crate::boundary::{guard, guard_void};
-use crate::config::{sluicegate_algorithm, sluicegate_config, Spec};
+use crate::config::{sluicegate_config, LimitConfig};
 use crate::handle::{borrow, bytes, free, publish, read_versioned, write};
 use crate::keyed::SLUICEGATE_KEYED_MAX_CAPACITY;
 use crate::limiter::{answer, sluicegate_decision};
@@ -274,17 +276,16 @@ unsafe fn settings(c: &sluicegate_redis_config) -> Result<Config, sluicegate_sta
 
 /// The Redis algorithm of a validated config; the sliding log has no Redis
 /// script.
-fn redis_limit(spec: &Spec) -> Result<Limit, sluicegate_status> {
-    use sluicegate_algorithm::*;
-    let algorithm = match spec.alg {
-        SLUICEGATE_TOKEN_BUCKET => Algorithm::TokenBucket,
-        SLUICEGATE_LEAKY_BUCKET => Algorithm::LeakyBucket,
-        SLUICEGATE_SHAPER => Algorithm::Shaper {
+fn redis_limit(spec: &LimitConfig) -> Result<Limit, sluicegate_status> {
+    let algorithm = match spec.kind {
+        Kind::TokenBucket => Algorithm::TokenBucket,
+        Kind::LeakyBucket => Algorithm::LeakyBucket,
+        Kind::Shaper => Algorithm::Shaper {
             max_delay: Duration::from_nanos(spec.max_delay_ns),
         },
-        SLUICEGATE_FIXED_WINDOW => Algorithm::FixedWindow,
-        SLUICEGATE_SLIDING_WINDOW => Algorithm::SlidingWindow,
-        SLUICEGATE_SLIDING_LOG => return Err(SLUICEGATE_ERR_UNSUPPORTED),
+        Kind::FixedWindow => Algorithm::FixedWindow,
+        Kind::SlidingWindow => Algorithm::SlidingWindow,
+        Kind::SlidingLog => return Err(SLUICEGATE_ERR_UNSUPPORTED),
     };
     Limit::new(algorithm, spec.quota).map_err(status)
 }
@@ -351,7 +352,7 @@ pub unsafe extern "C" fn sluicegate_redis_new(
             return Err(SLUICEGATE_ERR_NULL);
         }
         // SAFETY: the export's contract.
-        let spec = unsafe { Spec::read(limit) }?;
+        let spec = unsafe { LimitConfig::read(limit) }?;
         let settings = if cfg.is_null() {
             Config::default()
         } else {

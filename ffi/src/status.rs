@@ -2,7 +2,7 @@
 
 use core::ffi::c_char;
 
-use sluicegate::{ConfigError, InsufficientCapacity};
+use sluicegate::{ConfigError, InsufficientCapacity, SpecError};
 
 /// The result of every fallible call. `SLUICEGATE_OK` (0) is success; each other
 /// value names one kind of error. Values are grouped — 1xx: an argument, 2xx: a
@@ -170,6 +170,21 @@ impl From<ConfigError> for sluicegate_status {
             ConfigError::TooLarge { .. } => SLUICEGATE_ERR_CONFIG_TOO_LARGE,
             ConfigError::TooFast { .. } => SLUICEGATE_ERR_CONFIG_TOO_FAST,
             ConfigError::Immutable { .. } => SLUICEGATE_ERR_CONFIG_IMMUTABLE,
+            _ => SLUICEGATE_ERR_CONFIG_INVALID,
+        }
+    }
+}
+
+impl From<SpecError> for sluicegate_status {
+    fn from(e: SpecError) -> Self {
+        match e {
+            SpecError::Config { error, .. } => error.into(),
+            SpecError::Parse(_) => SLUICEGATE_ERR_PARSE,
+            SpecError::NoLimits | SpecError::TooManyLimits { .. } => SLUICEGATE_ERR_LIMIT_COUNT,
+            SpecError::Unsupported { .. } => SLUICEGATE_ERR_UNSUPPORTED,
+            SpecError::Stripes { .. } => SLUICEGATE_ERR_BAD_STRIPES,
+            SpecError::Immutable { .. } => SLUICEGATE_ERR_CONFIG_IMMUTABLE,
+            SpecError::Alloc { .. } => SLUICEGATE_ERR_ALLOC,
             _ => SLUICEGATE_ERR_CONFIG_INVALID,
         }
     }

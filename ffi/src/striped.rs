@@ -1,41 +1,16 @@
 //! `sluicegate_striped`: one token-bucket quota split over cache-padded stripes,
 //! for a single very hot limit checked by many threads.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use sluicegate::{Clock, Decision, InsufficientCapacity, Quota, Striped};
+use sluicegate::{AnyLimiter, Clock, InsufficientCapacity};
 
 use crate::boundary::{guard, guard_void};
-use crate::config::{sluicegate_algorithm, sluicegate_config, Spec};
+use crate::config::{sluicegate_config, LimitConfig};
 use crate::handle::{borrow, free, publish};
 use crate::limiter::{answer, clock, sluicegate_decision, Clk};
 use crate::status::sluicegate_status::{self, *};
 
 /// The stripe count used when `sluicegate_striped_new` is given 0.
 pub const SLUICEGATE_DEFAULT_STRIPES: u32 = 8;
-
-// The handle is one heap allocation of the largest variant (16 stripes: ~2.5 KiB);
-// boxing each variant instead would add a pointer chase to every check.
-#[allow(clippy::large_enum_variant)]
-enum Inner {
-    S1(Striped<1, Clk>),
-    S2(Striped<2, Clk>),
-    S4(Striped<4, Clk>),
-    S8(Striped<8, Clk>),
-    S16(Striped<16, Clk>),
-}
-
-macro_rules! each {
-    ($inner:expr, $s:ident => $body:expr) => {
-        match $inner {
-            Inner::S1($s) => $body,
-            Inner::S2($s) => $body,
-            Inner::S4($s) => $body,
-            Inner::S8($s) => $body,
-            Inner::S16($s) => $body,
-        }
-    };
-}
 
 /// An opaque striped token bucket: the quota is split over 1, 2, 4, 8 or 16
 /// stripes, each in its own cache line; a thread checks its own stripe and
@@ -45,42 +20,41 @@ macro_rules! each {
 /// global API limit); a per-client limit belongs in a `sluicegate_keyed`.
 /// Created by `sluicegate_striped_new`, released by `sluicegate_striped_free`.
 pub struct sluicegate_striped {
-    inner: Inner,
-}
-
-/// This thread's stripe: a small number handed out once per thread.
-fn thread_stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    std::thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|i| *i)
+    inner: AnyLimiter<Clk>,
 }
 
 impl sluicegate_striped {
-    fn new(quota: Quota, stripes: u32) -> Result<Self, sluicegate_status> {
-        let c = clock();
-        let inner = match stripes {
-            1 => Inner::S1(Striped::with_clock(quota, c)?),
-            2 => Inner::S2(Striped::with_clock(quota, c)?),
-            4 => Inner::S4(Striped::with_clock(quota, c)?),
-            0 | 8 => Inner::S8(Striped::with_clock(quota, c)?),
-            16 => Inner::S16(Striped::with_clock(quota, c)?),
+    fn new(limit: &LimitConfig, stripes: u32) -> Result<Self, sluicegate_status> {
+        if !limit.kind.caps().striped {
+            return Err(SLUICEGATE_ERR_UNSUPPORTED);
+        }
+        // The C ABI's published counts (the core takes any up to Spec::MAX_STRIPES).
+        let stripes = match stripes {
+            0 => SLUICEGATE_DEFAULT_STRIPES,
+            1 | 2 | 4 | 8 | 16 => stripes,
             _ => return Err(SLUICEGATE_ERR_BAD_STRIPES),
         };
-        Ok(Self { inner })
+        let spec = limit.spec()?;
+        Ok(Self {
+            inner: AnyLimiter::striped(&spec, stripes as usize, clock())?,
+        })
     }
 
     #[inline(always)]
     fn run(
         &self,
-        stripe: usize,
+        stripe: Option<usize>,
         n: u64,
         now: Option<u64>,
     ) -> Result<sluicegate_decision, InsufficientCapacity> {
-        let at = now.unwrap_or_else(|| clock().now());
-        let plain = |d: Decision| sluicegate_decision::new(d, 0);
-        each!(&self.inner, s => s.check_n_at_stripe(stripe, n, at).map(plain))
+        let l = &self.inner;
+        match (stripe, now) {
+            (Some(s), Some(t)) => l.check_n_at_stripe(s, n, t),
+            (Some(s), None) => l.check_n_at_stripe(s, n, clock().now()),
+            (None, Some(t)) => l.check_n_at(n, t),
+            (None, None) => l.check_n(n),
+        }
+        .map(sluicegate_decision::of)
     }
 }
 
@@ -102,11 +76,8 @@ pub unsafe extern "C" fn sluicegate_striped_new(
             return Err(SLUICEGATE_ERR_NULL);
         }
         // SAFETY: the export's contract.
-        let spec = unsafe { Spec::read(config) }?;
-        if spec.alg != sluicegate_algorithm::SLUICEGATE_TOKEN_BUCKET {
-            return Err(SLUICEGATE_ERR_UNSUPPORTED);
-        }
-        let s = sluicegate_striped::new(spec.quota, stripes)?;
+        let limit = unsafe { LimitConfig::read(config) }?;
+        let s = sluicegate_striped::new(&limit, stripes)?;
         // SAFETY: `out` is non-NULL and valid for a write.
         unsafe { publish(out, s) }
     })
@@ -139,7 +110,6 @@ unsafe fn decide<const EXPORT: u8>(
         if out.is_null() {
             return Err(SLUICEGATE_ERR_NULL);
         }
-        let stripe = stripe.unwrap_or_else(thread_stripe);
         // SAFETY: `out` is non-NULL and valid by the export's contract.
         unsafe { answer(out, s.run(stripe, n, now)) }
     })
@@ -233,10 +203,10 @@ pub unsafe extern "C" fn sluicegate_striped_set_config(
         // SAFETY: the export's contract.
         let s = unsafe { borrow(striped) }?;
         // SAFETY: the export's contract.
-        let spec = unsafe { Spec::read(config) }?;
-        if spec.alg != sluicegate_algorithm::SLUICEGATE_TOKEN_BUCKET {
+        let limit = unsafe { LimitConfig::read(config) }?;
+        if limit.kind != s.inner.kind() {
             return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
         }
-        Ok(each!(&s.inner, st => st.set_quota(&spec.quota))?)
+        Ok(s.inner.set_quota(0, &limit.quota)?)
     })
 }

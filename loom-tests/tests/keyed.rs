@@ -117,3 +117,26 @@ fn eviction_races_a_check_of_the_evicted_key() {
         }
     });
 }
+
+#[test]
+fn an_evicted_key_resumes_its_state_whatever_the_interleaving() {
+    loom::model(|| {
+        // Burst 6 per minute. Key 1 has 1 token left, key 2 none: the table (2
+        // slots) is full, and key 1 is the stalest. A new key evicts it while
+        // key 1 takes its last token: in every interleaving key 1 gets exactly
+        // that one token back, never a fresh bucket (issue 11).
+        let t = table(Quota::per_minute(6), FullPolicy::EvictStalest);
+        assert!(t.check_n_at(&1u64, 5, 0).is_ok_and(|d| d.allowed));
+        assert!(t.check_n_at(&2u64, 6, 0).is_ok_and(|d| d.allowed));
+        let (a, b) = (t.clone(), t.clone());
+        let got = run(vec![
+            Box::new(move || a.check_at(&1u64, 0).allowed),
+            Box::new(move || b.check_at(&3u64, 0).allowed),
+        ]);
+        assert_eq!(got, [true, true]);
+        // Six tokens spent: evicted before, during or after its check, key 1 is empty.
+        assert!(!t.check_at(&1u64, 0).allowed);
+        assert!(!t.check_at(&2u64, 0).allowed);
+        assert!(t.stats().evicted >= 1);
+    });
+}
