@@ -2,15 +2,11 @@
 
 use std::hash::{Hash, Hasher};
 
-use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
-use sluicegate::keyed::{
-    DefaultHashBuilder, FullPolicy, Group, KeyedLimiter, KeyedStats, GROUP_SLOTS,
-};
-use sluicegate::{
-    Algorithm, Decision, Fixed, Gcra, InsufficientCapacity, Kind, Leaky, Quota, Sliding, Spec,
-};
+use sluicegate::keyed::{AnyKeyed, FullPolicy, KeyedStats};
+use sluicegate::{Clock, Kind, Outcome, SpecError};
 
 use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
@@ -75,105 +71,19 @@ fn with_key<R>(key: &Bound<'_, PyAny>, f: impl FnOnce(&Key<'_>) -> R) -> PyResul
     )))
 }
 
-enum AnyKeyed {
-    TokenBucket(KeyedLimiter<Gcra, PyClock>),
-    LeakyBucket(KeyedLimiter<Leaky, PyClock>),
-    FixedWindow(KeyedLimiter<Fixed, PyClock>),
-    SlidingWindow(KeyedLimiter<Sliding, PyClock>),
-}
-
-macro_rules! keyed {
-    ($self:expr, $t:ident => $e:expr) => {
-        match $self {
-            AnyKeyed::TokenBucket($t) => $e,
-            AnyKeyed::LeakyBucket($t) => $e,
-            AnyKeyed::FixedWindow($t) => $e,
-            AnyKeyed::SlidingWindow($t) => $e,
-        }
-    };
-}
-
-impl AnyKeyed {
-    #[inline]
-    fn check_n(&self, key: &Key<'_>, n: u64) -> Result<Decision, InsufficientCapacity> {
-        keyed!(self, t => t.check_n(key, n))
-    }
-    fn peek_n(&self, key: &Key<'_>, n: u64) -> Result<Decision, InsufficientCapacity> {
-        keyed!(self, t => t.peek_n(key, n))
-    }
-}
-
-/// A table of `capacity` keys for algorithm `A`, its memory reserved fallibly
-/// (`MemoryError` when it cannot be, `ValueError` when it could never be
-/// addressed), so no capacity aborts the interpreter.
-fn table<A: Algorithm>(
-    quota: Quota,
-    capacity: usize,
-    clock: PyClock,
-    policy: FullPolicy,
-) -> PyResult<KeyedLimiter<A, PyClock>> {
-    if capacity == 0 {
-        return Err(errors::config(sluicegate::ConfigError::Zero {
-            field: "capacity",
-        }));
-    }
-    let groups = capacity.div_ceil(GROUP_SLOTS);
-    let bytes = groups
-        .checked_mul(std::mem::size_of::<Group>())
-        .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "capacity {capacity} is too large: the table could never be allocated"
-            ))
-        })?;
-    let mut storage: Vec<Group> = Vec::new();
-    storage.try_reserve_exact(groups).map_err(|_| {
-        PyMemoryError::new_err(format!(
+/// A table the core could not build: `MemoryError` when the memory is not there,
+/// `ValueError` when the size could never be allocated (it overflows the address
+/// space) or the spec is invalid.
+fn table_error(e: SpecError, capacity: usize) -> PyErr {
+    match e {
+        SpecError::Alloc { bytes: usize::MAX } => PyValueError::new_err(format!(
+            "capacity {capacity} is too large: the table could never be allocated"
+        )),
+        SpecError::Alloc { bytes } => pyo3::exceptions::PyMemoryError::new_err(format!(
             "cannot allocate a table of {capacity} keys ({bytes} bytes)"
-        ))
-    })?;
-    storage.extend((0..groups).map(|_| Group::new()));
-    KeyedLimiter::with_storage(
-        quota,
-        storage.into_boxed_slice(),
-        DefaultHashBuilder::default(),
-        clock,
-    )
-    .map(|t| t.with_policy(policy))
-    .map_err(errors::config)
-}
-
-/// The keyed table of `spec`'s kind. (The one `match` over kinds left in the
-/// bindings: the core's type-erased keyed table, `AnyKeyed`, replaces it.)
-fn any_keyed(
-    spec: &Spec,
-    capacity: usize,
-    clock: PyClock,
-    policy: FullPolicy,
-) -> PyResult<AnyKeyed> {
-    let q = spec.quotas()[0];
-    Ok(match spec.kind() {
-        Kind::TokenBucket => AnyKeyed::TokenBucket(table(q, capacity, clock, policy)?),
-        Kind::LeakyBucket => AnyKeyed::LeakyBucket(table(q, capacity, clock, policy)?),
-        Kind::FixedWindow => AnyKeyed::FixedWindow(table(q, capacity, clock, policy)?),
-        Kind::SlidingWindow => AnyKeyed::SlidingWindow(table(q, capacity, clock, policy)?),
-        kind => {
-            return Err(PyValueError::new_err(format!(
-                "{kind} has no keyed form: use one of {}",
-                keyed_names()
-            )))
-        }
-    })
-}
-
-/// The kinds with a keyed form, from the core's list.
-fn keyed_names() -> String {
-    Kind::ALL
-        .iter()
-        .filter(|k| k.caps().keyed)
-        .map(|k| format!("{:?}", k.name()))
-        .collect::<Vec<_>>()
-        .join(", ")
+        )),
+        other => errors::spec(other),
+    }
 }
 
 fn policy_name(p: FullPolicy) -> &'static str {
@@ -233,8 +143,8 @@ impl PyKeyedStats {
 /// `"evict_stalest"` (default), `"reject"` or `"allow_unlimited"`.
 #[pyclass(frozen, name = "KeyedLimiter", module = "sluicegate._sluicegate")]
 pub struct PyKeyedLimiter {
-    inner: AnyKeyed,
-    spec: Spec,
+    inner: AnyKeyed<PyClock>,
+    policy: FullPolicy,
 }
 
 #[pymethods]
@@ -256,12 +166,6 @@ impl PyKeyedLimiter {
             .parse()
             .map_err(|e| PyValueError::new_err(format!("unknown algorithm {algorithm:?}: {e}")))?;
         let spec = spec_of(kind, limit, amount, period, burst)?;
-        if spec.quotas().len() != 1 {
-            return Err(PyValueError::new_err(format!(
-                "KeyedLimiter takes one limit, not {}",
-                spec.quotas().len()
-            )));
-        }
         let policy = match policy {
             "evict_stalest" => FullPolicy::EvictStalest,
             "reject" => FullPolicy::Reject,
@@ -276,8 +180,10 @@ impl PyKeyedLimiter {
             Some(c) => size(c, "capacity")?,
             None => DEFAULT_CAPACITY,
         };
-        let inner = any_keyed(&spec, capacity, PyClock::from_arg(clock), policy)?;
-        Ok(Self { inner, spec })
+        let inner = AnyKeyed::with_clock(&spec, capacity, PyClock::from_arg(clock))
+            .map_err(|e| table_error(e, capacity))?
+            .with_policy(policy);
+        Ok(Self { inner, policy })
     }
 
     /// Takes `n` units for `key`.
@@ -286,7 +192,7 @@ impl PyKeyedLimiter {
     fn check(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
         let n = n.0;
         match with_key(key, |k| self.inner.check_n(k, n))? {
-            Ok(d) => Ok(d.into()),
+            Ok(o) => Ok(o.decision.into()),
             Err(e) => Err(errors::capacity(e)),
         }
     }
@@ -296,7 +202,7 @@ impl PyKeyedLimiter {
     fn peek(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
         let n = n.0;
         with_key(key, |k| self.inner.peek_n(k, n))?
-            .map(Into::into)
+            .map(|o| o.decision.into())
             .map_err(errors::capacity)
     }
 
@@ -305,7 +211,7 @@ impl PyKeyedLimiter {
     fn try_acquire(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<bool> {
         let n = n.0;
         with_key(key, |k| self.inner.check_n(k, n))?
-            .map(|d| d.allowed)
+            .map(|o| o.decision.allowed)
             .map_err(errors::capacity)
     }
 
@@ -320,7 +226,9 @@ impl PyKeyedLimiter {
     ) -> PyResult<PyDecision> {
         let n = n.0;
         with_key(key, |k| {
-            wait::blocking(py, timeout, || self.inner.check_n(k, n))
+            wait::blocking(py, timeout, || {
+                self.inner.check_n(k, n).map(|o: Outcome| o.decision)
+            })
         })?
     }
 
@@ -343,56 +251,56 @@ impl PyKeyedLimiter {
 
     /// Forgets every key.
     fn clear(&self) {
-        keyed!(&self.inner, t => t.clear())
+        self.inner.clear()
     }
 
     /// Keys holding live state now (a scan of the whole table).
     fn __len__(&self) -> usize {
-        keyed!(&self.inner, t => t.len())
+        self.inner.len_at(self.inner.clock().now())
     }
 
     /// The table's event counters.
     #[getter]
     fn stats(&self) -> PyKeyedStats {
-        keyed!(&self.inner, t => t.stats()).into()
+        self.inner.stats().into()
     }
 
     /// Keys the table can hold at once (the requested capacity rounded up to 8).
     #[getter]
     fn capacity(&self) -> usize {
-        keyed!(&self.inner, t => t.capacity())
+        self.inner.capacity()
     }
 
     /// The full-table policy.
     #[getter]
     fn policy(&self) -> &'static str {
-        policy_name(keyed!(&self.inner, t => t.policy()))
+        policy_name(self.policy)
     }
 
     /// The algorithm every key runs.
     #[getter]
     fn algorithm(&self) -> &'static str {
-        self.spec.kind().name()
+        self.inner.spec().kind().name()
     }
 
     /// The most units one request can take.
     #[getter]
     fn limit(&self) -> u64 {
-        self.spec.capacity()
+        self.inner.spec().capacity()
     }
 
     /// The limit, as a one-element tuple.
     #[getter]
     fn quotas<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        quota::to_tuple(py, self.spec.quotas())
+        quota::to_tuple(py, self.inner.spec().quotas())
     }
 
     fn __repr__(&self) -> String {
         format!(
             "KeyedLimiter({:?}, capacity={}, algorithm={:?}, policy={:?})",
-            describe_all(self.spec.quotas()),
+            describe_all(self.inner.spec().quotas()),
             self.capacity(),
-            self.spec.kind().name(),
+            self.inner.spec().kind().name(),
             self.policy()
         )
     }

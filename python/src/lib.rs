@@ -10,6 +10,7 @@ mod decision;
 mod errors;
 mod keyed;
 mod limiters;
+mod policy;
 mod quota;
 mod redis;
 mod shaper;
@@ -34,6 +35,9 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiters::PyStriped>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<keyed::PyKeyedStats>()?;
+    m.add_class::<policy::PyPolicy>()?;
+    m.add_class::<policy::PyPolicyDecision>()?;
+    m.add_class::<policy::PyRuleDecision>()?;
     m.add_class::<redis::PyRedisOptions>()?;
     m.add_class::<redis::PyRedisBase>()?;
     m.add_class::<redis::PyRedisLimiter>()?;

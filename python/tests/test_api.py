@@ -256,8 +256,11 @@ def test_keyed_limiter() -> None:
         k.check(1.5)  # type: ignore[arg-type]
     with pytest.raises(CapacityError):
         k.check("a", 3)
-    with pytest.raises(ValueError, match="one limit"):
-        KeyedLimiter("1/s; 2/m")
+    # Several limits per key (the core's AnyKeyed), all-or-nothing.
+    both = KeyedLimiter("2/s; 3/minute", clock=ManualClock(0))
+    assert both.check("k", 2) and not both.check("k") and both.limit == 2
+    both_clock_advanced = both.check("k", 2)  # the per-second limit is spent: denied,
+    assert not both_clock_advanced and both.check("j")  # and another key is unaffected
     with pytest.raises(ValueError, match="unknown algorithm"):
         KeyedLimiter("1/s", algorithm="nope")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown policy"):

@@ -24,13 +24,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Literal, Protocol, Union
 
 from ._errors import CapacityError
-from ._sluicegate import Decision, KeyedLimiter, ManualClock, Quota
+from ._sluicegate import Decision, KeyedLimiter, ManualClock, Policy, Quota
 
 _LimitSpec = Union[str, Quota, Sequence[Union[str, Quota]]]
 # Unions of one-value Literals (not Literal["a", "b"]) so that the runtime object is
 # a Union too, as mypy.stubtest expects of an alias that mypy sees as one.
 _Algorithm = Union[Literal["token_bucket"], Literal["leaky_bucket"], Literal["fixed_window"], Literal["sliding_window"]]
 _Policy = Union[Literal["evict_stalest"], Literal["reject"], Literal["allow_unlimited"]]
+
+# The middleware's default limit; a policy= replaces it (other limits= with a
+# policy are an error).
+DEFAULT_LIMITS = "100/minute"
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ForwardedHeader = Union[Literal["x-forwarded-for"], Literal["forwarded"]]
 
 _NS = 1_000_000_000
@@ -137,7 +143,7 @@ class HttpLimiter:
         ipv6_prefix: int,
         capacity: int,
         algorithm: _Algorithm,
-        policy: _Policy,
+        policy: _Policy | Policy,
         legacy_headers: bool,
         clock: ManualClock | None,
         table_factory: TableFactory | None = None,
@@ -146,6 +152,13 @@ class HttpLimiter:
             raise ValueError("ipv6_prefix must be between 0 and 128")
         if forwarded_header not in ("x-forwarded-for", "forwarded"):
             raise ValueError('forwarded_header must be "x-forwarded-for" or "forwarded"')
+        # policy=: a Policy (rules from a file) or, as before, the full-table policy.
+        self.rules: Policy | None = policy if isinstance(policy, Policy) else None
+        if self.rules is not None:
+            if routes or (limits is not None and limits is not DEFAULT_LIMITS):
+                raise ValueError("give the limits either as limits=/routes= or as policy=Policy(...), not both")
+            limits, routes, policy = None, None, "evict_stalest"
+        assert not isinstance(policy, Policy)
         self._capacity = capacity
         self._algorithm = algorithm
         self._policy = policy
@@ -236,6 +249,32 @@ class HttpLimiter:
         return str(ip)
 
     # -- the decision ---------------------------------------------------------
+
+    def is_exempt(self, method: str, path: str) -> bool:
+        return any(p.matches(method, path) for p in self.exempt)
+
+    def decide_policy(
+        self,
+        *,
+        ip: str | None,
+        method: str,
+        path: str,
+        host: str | None,
+        headers: list[tuple[str, str]],
+        cost: int,
+    ) -> Outcome:
+        """Checks the request against the policy's rules (``policy=``): the
+        ``RateLimit``/``RateLimit-Policy`` fields carry one item per enforcing rule."""
+        assert self.rules is not None
+        d = self.rules.check(ip=ip, path=path, method=method, host=host, headers=headers, cost=cost)
+        fields = d.headers()
+        retry = next((int(v) for k, v in fields if k == "Retry-After"), None)
+        extra = [(k, v) for k, v in fields if k != "Retry-After"]
+        detail = ""
+        if not d:
+            names = ", ".join(repr(r.name) for r in d.denying)
+            detail = f"rate limit exceeded ({names}); retry in {retry} s"
+        return Outcome(bool(d), extra, retry, detail)
 
     def decide(self, rule: Rule, key: str | bytes | int, cost: int) -> Outcome:
         """Checks every limit of the rule all-or-nothing: all are peeked first and

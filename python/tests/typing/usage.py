@@ -112,3 +112,10 @@ except sluicegate.BackendTimeout:
     pass
 except sluicegate.BackendError:
     pass
+
+rules = sluicegate.Policy.from_str('[[rule]]\nname = "g"\nlimit = "10/s"\n')
+verdict: sluicegate.PolicyDecision = rules.check(ip="192.0.2.1", path="/", headers={"x-api-key": "k"}, tenant="acme")
+per_rule: list[str] = [r.name for r in verdict.rules if r.mode == "enforce" and r.remaining >= 0]
+fields: list[tuple[str, str]] = verdict.headers()
+prom: str = rules.metrics_text()
+api.add_middleware(AsgiLimit, policy=rules)
