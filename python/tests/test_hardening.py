@@ -103,6 +103,16 @@ def test_no_panic_exception_reaches_python_from_public_calls() -> None:
             k = sg.KeyedLimiter("5/s", capacity=64, clock=sg.ManualClock(2**64 - 1))
             attempt(lambda: k.check(a, a))
             attempt(lambda: k.check("x" * 10_000, a))
+            attempt(lambda: sg.RedisKeyedLimiter(amount=a, burst=b, name="x", redis=sg.RedisOptions("redis://127.0.0.1:1")))
+            attempt(lambda: sg.RedisOptions("redis://127.0.0.1:1", timeout=float(a), local_share=a))
+            attempt(lambda: sg.Policy.from_str(f'[[rule]]\\nname = "r"\\nlimit = "{a}/s burst {b}"\\ncapacity = {a}\\n'))
+        dead = sg.RedisKeyedLimiter("5/s", name="x", redis=sg.RedisOptions("redis://127.0.0.1:1", timeout=0.01))
+        for a in BIG:
+            attempt(lambda: dead.check("k", a))
+            attempt(lambda: dead.check_many([("k", a)]))
+            attempt(lambda: sg.Policy.from_str('[[rule]]\\nname = "g"\\nlimit = "5/s"\\n').check(path="/", cost=a))
+        for url in ["redis://127.0.0.1:notaport", "redis://127.0.0.1:99999", "redis://", "", "redis+cluster://", "rediss://x:1"]:
+            attempt(lambda: sg.RedisOptions(url))
         for text in ["1/ns", "18446744073709551615/s", "1 per 18446744073709551615 days",
                      "1/s burst 18446744073709551615", "; ".join(["1/s"] * 100)]:
             for cls in classes:
