@@ -12,7 +12,8 @@ Classes: :class:`TokenBucket` (GCRA), :class:`LeakyBucket` (meter),
 :class:`StripedTokenBucket` (one hot limit, many threads) and
 :class:`KeyedLimiter` (one state per client key, bounded memory);
 :class:`RedisLimiter` and :class:`RedisKeyedLimiter` keep the same limits in
-Redis, shared by every process (``url="redis://…"``, a failure policy each). Limits are
+Redis, shared by every process (``redis=RedisOptions("redis://…")``; ``hybrid=True``
+for a local lease front); :class:`Policy` reads every rule of a service from one file. Limits are
 strings (``"100/minute"``, ``"10 per 2 hours"``, ``"100/s burst 200"``,
 ``"1/second; 100/hour"`` checked all-or-nothing), :class:`Quota` objects or
 keyword arguments (``amount=``, ``period=`` in seconds, ``burst=``).

@@ -51,7 +51,7 @@ class RateLimitMiddleware:
     (default 1). ``capacity``: keys each table holds; ``policy``: what happens when
     it is full of live keys. ``legacy_headers``: also send ``X-RateLimit-*``.
     ``table_factory(quota)``: builds each limit's table instead of a local
-    ``KeyedLimiter``, e.g. ``lambda q: RedisKeyedLimiter(q, url=..., name=...)``
+    ``KeyedLimiter``, e.g. ``lambda q: RedisKeyedLimiter(q, name=..., redis=RedisOptions(url))``
     to share the limits through Redis. ``policy=Policy.from_file("rules.toml")``:
     the rules of a policy file instead of ``limits``/``routes`` (attributes ``ip``,
     ``path``, ``method``, ``host`` and ``header:<name>``; one ``RateLimit`` item per
