@@ -176,7 +176,7 @@ impl<C> AnyLimiter<C> {
     /// ```
     pub fn with_clock(spec: &Spec, clock: C) -> Result<Self, SpecError> {
         Ok(Self {
-            engine: spec.kind().engine(spec)?,
+            engine: spec.kind().dispatch(crate::engine::Build(spec))?,
             spec: SpecCell::new(spec),
             clock,
         })

@@ -1,6 +1,6 @@
 //! The limiters behind an [`crate::AnyLimiter`], one per shape (single words of
 //! one algorithm, alone or as a compound; the sliding log; stripes), each generic
-//! over the algorithm so that [`crate::Kind::engine`] builds any of them in one line.
+//! over the algorithm: [`Build`] makes the one for a spec's kind.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -11,6 +11,7 @@ use crossbeam_utils::CachePadded;
 use crate::any::Outcome;
 use crate::compound::{charge_all, peek_all};
 use crate::error::InsufficientCapacity;
+use crate::kind::Dispatch;
 use crate::limiter::{Algorithm, ConfigCell, Core};
 use crate::quota::Quota;
 use crate::sliding_log::SlidingLog;
@@ -55,10 +56,7 @@ impl<A: Algorithm> Words<A> {
     }
 }
 
-impl<A: Algorithm + fmt::Debug + 'static> Engine for Words<A>
-where
-    Core<A>: Send + Sync,
-{
+impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> Engine for Words<A> {
     #[inline]
     fn run(
         &self,
@@ -188,39 +186,42 @@ fn try_boxed<T>(n: usize, make: impl FnMut(usize) -> T) -> Result<Box<[T]>, Spec
     Ok(v.into_boxed_slice())
 }
 
-/// The engine of a spec of a single-word algorithm `A`.
-pub(crate) fn words<A: Algorithm + fmt::Debug + 'static>(
-    spec: &Spec,
-) -> Result<Box<dyn Engine>, SpecError>
-where
-    Core<A>: Send + Sync,
-{
-    let params =
-        |i: usize, q: &Quota| A::params(q).map_err(|error| SpecError::Config { index: i, error });
-    let engine = match spec.quotas() {
-        [q] => Words::One(Core::<A>::new(&params(0, q)?)),
-        qs => {
-            let mut words = [[0; crate::limiter::PARAM_WORDS]; Spec::MAX_LIMITS];
-            for (i, q) in qs.iter().enumerate() {
-                words[i] = A::to_words(&params(i, q)?);
+/// Builds the engine of a validated spec (see `Kind::dispatch`).
+pub(crate) struct Build<'a>(pub(crate) &'a Spec);
+
+impl Dispatch for Build<'_> {
+    type Output = Result<Box<dyn Engine>, SpecError>;
+
+    fn word<A: Algorithm + fmt::Debug + Send + Sync + 'static>(self) -> Self::Output {
+        let spec = self.0;
+        let params = |i: usize, q: &Quota| {
+            A::params(q).map_err(|error| SpecError::Config { index: i, error })
+        };
+        let engine = match spec.quotas() {
+            [q] => Words::One(Core::<A>::new(&params(0, q)?)),
+            qs => {
+                let mut words = [[0; crate::limiter::PARAM_WORDS]; Spec::MAX_LIMITS];
+                for (i, q) in qs.iter().enumerate() {
+                    words[i] = A::to_words(&params(i, q)?);
+                }
+                Words::Many(try_boxed(qs.len(), |i| Core::from_words(words[i]))?)
             }
-            Words::Many(try_boxed(qs.len(), |i| Core::from_words(words[i]))?)
-        }
-    };
-    Ok(Box::new(engine))
-}
+        };
+        Ok(Box::new(engine))
+    }
 
-/// The engine of a shaper spec (its max delay is not part of the quota).
-pub(crate) fn shaper(spec: &Spec) -> Result<Box<dyn Engine>, SpecError> {
-    let p = crate::shaper::ShaperParams::new(&spec.quotas()[0], spec.max_delay_ns())
-        .map_err(|error| SpecError::Config { index: 0, error })?;
-    let core = Core::<crate::shaper::Shaping>::new(&p);
-    Ok(Box::new(Words::One(core)))
-}
+    fn shaper(self) -> Self::Output {
+        // The max delay is not part of the quota: `Shaping::params` would drop it.
+        let spec = self.0;
+        let p = crate::shaper::ShaperParams::new(&spec.quotas()[0], spec.max_delay_ns())
+            .map_err(|error| SpecError::Config { index: 0, error })?;
+        let core = Core::<crate::shaper::Shaping>::new(&p);
+        Ok(Box::new(Words::One(core)))
+    }
 
-/// The engine of a sliding log spec.
-pub(crate) fn log(spec: &Spec) -> Result<Box<dyn Engine>, SpecError> {
-    Ok(Box::new(SlidingLog::from_spec(spec, ())?))
+    fn log(self) -> Self::Output {
+        Ok(Box::new(SlidingLog::from_spec(self.0, ())?))
+    }
 }
 
 /// The engine of a token bucket `quota` over `stripes` stripes (`1..=MAX_STRIPES`).

@@ -11,12 +11,13 @@ use core::fmt;
 use core::str::FromStr;
 
 use crate::error::ConfigError;
-use crate::fixed_window::FixedParams;
+use crate::fixed_window::Fixed;
+use crate::limiter::Algorithm;
 use crate::quota::Quota;
 use crate::shaper::ShaperParams;
-use crate::sliding_window::SlidingParams;
+use crate::sliding_window::Sliding;
 use crate::spec::log_params;
-use crate::token_bucket::GcraParams;
+use crate::token_bucket::{Gcra, Leaky};
 
 /// An algorithm.
 ///
@@ -164,53 +165,66 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == s)
     }
 
-    /// The limiter a validated `spec` of this kind describes.
-    #[cfg(feature = "alloc")]
-    pub(crate) fn engine(
-        self,
-        spec: &crate::spec::Spec,
-    ) -> Result<alloc::boxed::Box<dyn crate::engine::Engine>, crate::spec::SpecError> {
-        use crate::engine::{log, shaper, words};
+    /// Hands this kind's concrete algorithm to `d`: the one place a kind is
+    /// turned into a type. Everything built per kind (validation, [`crate::AnyLimiter`],
+    /// the keyed tables) is a [`Dispatch`].
+    pub(crate) fn dispatch<D: Dispatch>(self, d: D) -> D::Output {
         match self {
-            Kind::TokenBucket => words::<crate::token_bucket::Gcra>(spec),
-            Kind::LeakyBucket => words::<crate::token_bucket::Leaky>(spec),
-            Kind::Shaper => shaper(spec),
-            Kind::FixedWindow => words::<crate::fixed_window::Fixed>(spec),
-            Kind::SlidingWindow => words::<crate::sliding_window::Sliding>(spec),
-            Kind::SlidingLog => log(spec),
+            Kind::TokenBucket => d.word::<Gcra>(),
+            Kind::LeakyBucket => d.word::<Leaky>(),
+            Kind::Shaper => d.shaper(),
+            Kind::FixedWindow => d.word::<Fixed>(),
+            Kind::SlidingWindow => d.word::<Sliding>(),
+            Kind::SlidingLog => d.log(),
         }
     }
 
     /// Validates one quota with this algorithm's own parameter check (the same one
     /// its constructor runs) and returns the largest cost it admits at once.
-    pub(crate) const fn validate(
+    pub(crate) fn validate(
         self,
         quota: &Quota,
         max_delay_ns: u64,
         log_capacity: Option<u64>,
     ) -> Result<u64, ConfigError> {
-        match self {
-            Kind::TokenBucket | Kind::LeakyBucket => match GcraParams::new(quota) {
-                Ok(p) => Ok(p.burst()),
-                Err(e) => Err(e),
-            },
-            Kind::Shaper => match ShaperParams::new(quota, max_delay_ns) {
-                Ok(p) => Ok(p.capacity()),
-                Err(e) => Err(e),
-            },
-            Kind::FixedWindow => match FixedParams::new(quota) {
-                Ok(p) => Ok(p.limit()),
-                Err(e) => Err(e),
-            },
-            Kind::SlidingWindow => match SlidingParams::new(quota) {
-                Ok(p) => Ok(p.limit()),
-                Err(e) => Err(e),
-            },
-            Kind::SlidingLog => match log_params(quota, log_capacity) {
-                Ok(_) => Ok(quota.amount()),
-                Err(e) => Err(e),
-            },
-        }
+        self.dispatch(Validate {
+            quota,
+            max_delay_ns,
+            log_capacity,
+        })
+    }
+}
+
+/// Something built from a kind's concrete algorithm (see [`Kind::dispatch`]).
+pub(crate) trait Dispatch {
+    /// What is built.
+    type Output;
+    /// For an algorithm whose state is one word and whose parameters come from its
+    /// quota alone ([`Algorithm::params`]).
+    fn word<A: Algorithm + fmt::Debug + Send + Sync + 'static>(self) -> Self::Output;
+    /// For the shaper, whose parameters add the max delay to the quota.
+    fn shaper(self) -> Self::Output;
+    /// For the sliding log, whose state is a ring of timestamps.
+    fn log(self) -> Self::Output;
+}
+
+/// A quota's validation, as each algorithm's constructor runs it.
+struct Validate<'a> {
+    quota: &'a Quota,
+    max_delay_ns: u64,
+    log_capacity: Option<u64>,
+}
+
+impl Dispatch for Validate<'_> {
+    type Output = Result<u64, ConfigError>;
+    fn word<A: Algorithm + fmt::Debug + Send + Sync + 'static>(self) -> Self::Output {
+        A::params(self.quota).map(|p| A::capacity(&p))
+    }
+    fn shaper(self) -> Self::Output {
+        ShaperParams::new(self.quota, self.max_delay_ns).map(|p| p.capacity())
+    }
+    fn log(self) -> Self::Output {
+        log_params(self.quota, self.log_capacity).map(|_| self.quota.amount())
     }
 }
 

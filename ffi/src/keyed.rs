@@ -1,14 +1,13 @@
 //! `sluicegate_keyed`: one limiter state per client key, in a table of fixed
 //! capacity allocated once.
 
-use sluicegate::keyed::{FullPolicy, Group, Keyed};
-use sluicegate::{
-    Algorithm, Clock, Decision, Fixed, Gcra, InsufficientCapacity, Kind, Leaky, Shaping, Sliding,
-};
+use sluicegate::keyed::{AnyKeyed, FullPolicy};
+use sluicegate::InsufficientCapacity;
 
 use crate::boundary::{guard, guard_void};
-use crate::config::{sluicegate_config, LimitConfig};
+use crate::config::sluicegate_config;
 use crate::handle::{borrow, bytes, free, publish, write};
+use crate::limit::LimitConfig;
 use crate::limiter::{answer, clock, sluicegate_decision, Clk};
 use crate::status::sluicegate_status::{self, *};
 
@@ -59,79 +58,32 @@ pub struct sluicegate_keyed_stats {
     pub unlimited: u64,
 }
 
-type Hasher = foldhash::fast::SeedableRandomState;
-type Table<A> = Keyed<A, Clk, Box<[Group]>, Hasher>;
-
-enum Inner {
-    TokenBucket(Table<Gcra>),
-    LeakyBucket(Table<Leaky>),
-    Shaper(Table<Shaping>),
-    FixedWindow(Table<Fixed>),
-    SlidingWindow(Table<Sliding>),
-}
-
 /// An opaque keyed limiter: one state per key (an IP address, a user id, an API
 /// token: any bytes), all under one quota. The table stores a 63-bit keyed-hash
 /// fingerprint per key (random seed per table), never the key. Thread-safe;
 /// checks take no lock and never allocate. Created by `sluicegate_keyed_new`,
 /// owned by the caller, released by `sluicegate_keyed_free`.
 pub struct sluicegate_keyed {
-    inner: Inner,
-    kind: Kind,
-}
-
-/// A fresh per-table seed from the OS (through std's SipHash keys), as the core does.
-fn hasher() -> Hasher {
-    use std::hash::BuildHasher;
-    let seed = std::hash::RandomState::new().hash_one(0x5eed_u64);
-    foldhash::fast::SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_random())
-}
-
-fn table<A: Algorithm>(
-    spec: &LimitConfig,
-    capacity: u64,
-    policy: FullPolicy,
-) -> Result<Table<A>, sluicegate_status> {
-    if capacity == 0 {
-        return Err(SLUICEGATE_ERR_CONFIG_ZERO);
-    }
-    if capacity > SLUICEGATE_KEYED_MAX_CAPACITY {
-        return Err(SLUICEGATE_ERR_CONFIG_TOO_LARGE);
-    }
-    // Validate before allocating: a bad quota costs no memory.
-    A::params(&spec.quota)?;
-    let groups = usize::try_from(capacity.div_ceil(sluicegate::keyed::GROUP_SLOTS as u64))
-        .map_err(|_| SLUICEGATE_ERR_CONFIG_TOO_LARGE)?;
-    let mut storage: Vec<Group> = Vec::new();
-    storage
-        .try_reserve_exact(groups)
-        .map_err(|_| SLUICEGATE_ERR_ALLOC)?;
-    storage.extend((0..groups).map(|_| Group::new()));
-    Ok(
-        Keyed::with_storage(spec.quota, storage.into_boxed_slice(), hasher(), clock())?
-            .with_policy(policy),
-    )
+    inner: AnyKeyed<Clk>,
 }
 
 impl sluicegate_keyed {
     fn new(
-        spec: &LimitConfig,
+        limit: &LimitConfig,
         capacity: u64,
         policy: FullPolicy,
     ) -> Result<Self, sluicegate_status> {
-        let inner = match spec.kind {
-            Kind::TokenBucket => Inner::TokenBucket(table(spec, capacity, policy)?),
-            Kind::LeakyBucket => Inner::LeakyBucket(table(spec, capacity, policy)?),
-            Kind::Shaper => Inner::Shaper(
-                table::<Shaping>(spec, capacity, policy)?.with_max_delay(spec.max_delay_ns),
-            ),
-            Kind::FixedWindow => Inner::FixedWindow(table(spec, capacity, policy)?),
-            Kind::SlidingWindow => Inner::SlidingWindow(table(spec, capacity, policy)?),
-            Kind::SlidingLog => return Err(SLUICEGATE_ERR_UNSUPPORTED),
-        };
+        if capacity == 0 {
+            return Err(SLUICEGATE_ERR_CONFIG_ZERO);
+        }
+        if capacity > SLUICEGATE_KEYED_MAX_CAPACITY {
+            return Err(SLUICEGATE_ERR_CONFIG_TOO_LARGE);
+        }
+        let capacity = usize::try_from(capacity).map_err(|_| SLUICEGATE_ERR_CONFIG_TOO_LARGE)?;
+        // Validated before anything is allocated: a bad quota costs no memory.
+        let spec = limit.spec()?;
         Ok(Self {
-            inner,
-            kind: spec.kind,
+            inner: AnyKeyed::with_clock(&spec, capacity, clock())?.with_policy(policy),
         })
     }
 
@@ -143,35 +95,15 @@ impl sluicegate_keyed {
         now: Option<u64>,
         consume: bool,
     ) -> Result<sluicegate_decision, InsufficientCapacity> {
-        let at = now.unwrap_or_else(|| clock().now());
-        let plain = |d: Decision| sluicegate_decision::new(d, 0);
-        match &self.inner {
-            Inner::TokenBucket(t) if consume => t.check_n_at(key, n, at).map(plain),
-            Inner::TokenBucket(t) => t.peek_n_at(key, n, at).map(plain),
-            Inner::LeakyBucket(t) if consume => t.check_n_at(key, n, at).map(plain),
-            Inner::LeakyBucket(t) => t.peek_n_at(key, n, at).map(plain),
-            Inner::FixedWindow(t) if consume => t.check_n_at(key, n, at).map(plain),
-            Inner::FixedWindow(t) => t.peek_n_at(key, n, at).map(plain),
-            Inner::SlidingWindow(t) if consume => t.check_n_at(key, n, at).map(plain),
-            Inner::SlidingWindow(t) => t.peek_n_at(key, n, at).map(plain),
-            Inner::Shaper(t) if consume => t
-                .reserve_n_at(key, n, at)
-                .map(|r| sluicegate_decision::new(*r.decision(), r.delay_ns())),
-            Inner::Shaper(t) => t.peek_n_at(key, n, at).map(plain),
+        let t = &self.inner;
+        match (now, consume) {
+            (Some(at), true) => t.check_n_at(key, n, at),
+            (Some(at), false) => t.peek_n_at(key, n, at),
+            (None, true) => t.check_n(key, n),
+            (None, false) => t.peek_n(key, n),
         }
+        .map(sluicegate_decision::of)
     }
-}
-
-macro_rules! each {
-    ($inner:expr, $t:ident => $body:expr) => {
-        match $inner {
-            Inner::TokenBucket($t) => $body,
-            Inner::LeakyBucket($t) => $body,
-            Inner::Shaper($t) => $body,
-            Inner::FixedWindow($t) => $body,
-            Inner::SlidingWindow($t) => $body,
-        }
-    };
 }
 
 /// Creates a keyed limiter for at least `capacity` keys (rounded up to a multiple
@@ -387,16 +319,12 @@ pub unsafe extern "C" fn sluicegate_keyed_set_config(
         // SAFETY: the export's contract.
         let k = unsafe { borrow(keyed) }?;
         // SAFETY: the export's contract.
-        let spec = unsafe { LimitConfig::read(config) }?;
-        if spec.kind != k.kind {
+        let limit = unsafe { LimitConfig::read(config) }?;
+        let current = k.inner.spec();
+        if limit.kind != current.kind() || limit.max_delay_ns != current.max_delay_ns() {
             return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
         }
-        if let Inner::Shaper(t) = &k.inner {
-            if t.params().max_delay_ns() != spec.max_delay_ns {
-                return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
-            }
-        }
-        Ok(each!(&k.inner, t => t.set_quota(&spec.quota))?)
+        Ok(k.inner.set_spec(&limit.spec()?)?)
     })
 }
 
@@ -412,7 +340,7 @@ pub unsafe extern "C" fn sluicegate_keyed_clear(
     guard(|| {
         // SAFETY: the export's contract.
         let k = unsafe { borrow(keyed) }?;
-        each!(&k.inner, t => t.clear());
+        k.inner.clear();
         Ok(())
     })
 }
@@ -429,7 +357,7 @@ pub unsafe extern "C" fn sluicegate_keyed_get_stats(
     guard(|| {
         // SAFETY: the export's contract.
         let k = unsafe { borrow(keyed) }?;
-        let (capacity, s) = each!(&k.inner, t => (t.capacity(), t.stats()));
+        let (capacity, s) = (k.inner.capacity(), k.inner.stats());
         let stats = sluicegate_keyed_stats {
             capacity: capacity as u64,
             inserted: s.inserted,
@@ -460,7 +388,7 @@ pub unsafe extern "C" fn sluicegate_keyed_len_at(
         if out.is_null() {
             return Err(SLUICEGATE_ERR_NULL);
         }
-        let n = each!(&k.inner, t => t.len_at(now_ns));
+        let n = k.inner.len_at(now_ns);
         // SAFETY: the export's contract.
         unsafe { write(out, n as u64) }
     })

@@ -56,6 +56,7 @@ pub mod boundary;
 pub mod config;
 pub mod handle;
 pub mod keyed;
+mod limit;
 pub mod limiter;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -7,8 +7,9 @@ use std::sync::OnceLock;
 use sluicegate::{AnyLimiter, Clock, Decision, InsufficientCapacity, Outcome, QuantaClock};
 
 use crate::boundary::{guard, guard_value, guard_void};
-use crate::config::{sluicegate_config, spec_of, LimitConfig, SLUICEGATE_MAX_LIMITS};
+use crate::config::{sluicegate_config, SLUICEGATE_MAX_LIMITS};
 use crate::handle::{borrow, free, publish};
+use crate::limit::{spec_of, LimitConfig};
 use crate::status::sluicegate_status::{self, *};
 
 /// The clock every handle reads (and `sluicegate_now_ns` returns): one

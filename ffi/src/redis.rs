@@ -37,9 +37,10 @@ use ::sluicegate_redis::blocking::RedisLimiter;
 use ::sluicegate_redis::{Algorithm, Backend, Config, Error, FailurePolicy, Limit, Source};
 
 use crate::boundary::{guard, guard_void};
-use crate::config::{sluicegate_config, LimitConfig};
+use crate::config::sluicegate_config;
 use crate::handle::{borrow, bytes, free, publish, read_versioned, write};
 use crate::keyed::SLUICEGATE_KEYED_MAX_CAPACITY;
+use crate::limit::LimitConfig;
 use crate::limiter::{answer, sluicegate_decision};
 use crate::status::sluicegate_status::{self, *};
 

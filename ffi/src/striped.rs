@@ -4,8 +4,9 @@
 use sluicegate::{AnyLimiter, Clock, InsufficientCapacity};
 
 use crate::boundary::{guard, guard_void};
-use crate::config::{sluicegate_config, LimitConfig};
+use crate::config::sluicegate_config;
 use crate::handle::{borrow, free, publish};
+use crate::limit::LimitConfig;
 use crate::limiter::{answer, clock, sluicegate_decision, Clk};
 use crate::status::sluicegate_status::{self, *};
 
