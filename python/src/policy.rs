@@ -14,6 +14,7 @@ use sluicegate_policy::{Attrs, Decision, Policy, RuleDecision, Watcher};
 
 use crate::args::Cost;
 use crate::decision::secs;
+use crate::policy_remote::Factory;
 
 /// A rejected rule file: `ValueError` whose message names file, line, column and rule.
 fn invalid(e: sluicegate_policy::Error) -> PyErr {
@@ -83,6 +84,18 @@ pub struct PyPolicy {
     inner: Arc<Policy>,
     path: Option<String>,
     watcher: Mutex<Option<Watcher>>,
+    /// Whether a rule lives in Redis (as built: a reload that adds one keeps the
+    /// GIL during its round trips).
+    remote: bool,
+}
+
+/// Whether any rule of `policy` makes Redis round trips.
+fn has_remote(policy: &Policy) -> bool {
+    policy
+        .definition()
+        .rules()
+        .iter()
+        .any(|r| r.backend() != sluicegate_policy::Backend::Local)
 }
 
 #[pymethods]
@@ -108,7 +121,9 @@ impl PyPolicy {
                 path.display()
             )));
         }
-        let policy = py.detach(|| Policy::from_path(&path)).map_err(invalid)?;
+        let policy = py
+            .detach(|| Policy::builder().remote(Factory).from_path(&path))
+            .map_err(invalid)?;
         let inner = Arc::new(policy);
         let watcher = if watch {
             Some(
@@ -119,6 +134,7 @@ impl PyPolicy {
             None
         };
         Ok(Self {
+            remote: has_remote(&inner),
             inner,
             path: Some(path.display().to_string()),
             watcher: Mutex::new(watcher),
@@ -128,8 +144,13 @@ impl PyPolicy {
     /// Validates and builds the rules in `text`.
     #[staticmethod]
     fn from_str(text: &str) -> PyResult<Self> {
+        let inner = Policy::builder()
+            .remote(Factory)
+            .from_toml(text)
+            .map_err(invalid)?;
         Ok(Self {
-            inner: Arc::new(Policy::from_toml(text).map_err(invalid)?),
+            remote: has_remote(&inner),
+            inner: Arc::new(inner),
             path: None,
             watcher: Mutex::new(None),
         })
@@ -143,6 +164,7 @@ impl PyPolicy {
     #[allow(clippy::too_many_arguments)]
     fn check(
         &self,
+        py: Python<'_>,
         ip: Option<&str>,
         path: Option<&str>,
         method: Option<&str>,
@@ -179,9 +201,13 @@ impl PyPolicy {
         for (k, v) in &extra_objs {
             call.extra.push((k.to_str()?, v.to_str()?));
         }
-        Ok(PyPolicyDecision {
-            inner: self.inner.check_n(&call, cost.0),
-        })
+        // A rule on Redis makes a round trip: without the GIL, as the Redis classes.
+        let inner = if self.remote {
+            py.detach(|| self.inner.check_n(&call, cost.0))
+        } else {
+            self.inner.check_n(&call, cost.0)
+        };
+        Ok(PyPolicyDecision { inner })
     }
 
     /// Re-reads the file (or `text`): validated first; on error the old rules stay

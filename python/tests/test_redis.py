@@ -658,3 +658,36 @@ def test_tls_argument_errors(mtls: tuple[str, str]) -> None:
         RedisKeyedLimiter('1/s', name='x', redis=RedisOptions(tls_url, ssl_ca_certs=f'{d}/nope.pem'))
     with pytest.raises(ValueError, match="rediss://"):
         RedisLimiter('1/s', name='x', redis=RedisOptions('redis://127.0.0.1:1', ssl_ca_certs=f'{d}/ca.crt'))
+
+
+def test_policy_rules_on_redis_and_hybrid_share_state_across_instances(url: str) -> None:
+    name = _name()
+    text = f"""
+[redis]
+url = "{url}"
+prefix = "{name}:"
+
+[[rule]]
+name = "shared"
+key = ["tenant"]
+limit = "3/hour"
+backend = "redis"
+on_error = "closed"
+
+[[rule]]
+name = "leased"
+match = {{ path = "/hot" }}
+limit = "1000/second"
+backend = "hybrid"
+"""
+    a, b = sluicegate.Policy.from_str(text), sluicegate.Policy.from_str(text)
+    # Two processes' worth of policies: one count in Redis.
+    got = [bool(p.check(tenant="acme")) for p in (a, b, a, b)]
+    assert got == [True, True, True, False]
+    assert b.check(tenant="globex")  # another key
+    hot = [a.check(path="/hot", tenant="t2") for _ in range(2)]
+    assert all(hot) and [r.name for r in hot[0].rules] == ["shared", "leased"]
+    # Redis down: each rule's on_error answers, flagged as a backend error.
+    dead = text.replace(url, f"redis://127.0.0.1:{_free_port()}")
+    d = sluicegate.Policy.from_str(dead).check(tenant="acme")
+    assert not d and d.rules[0].backend_error

@@ -11,6 +11,8 @@
 mod options;
 mod remote;
 
+pub(crate) use remote::{redis_limit, LimitError};
+
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 

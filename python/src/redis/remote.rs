@@ -85,9 +85,25 @@ pub(super) fn start<'py>(
     })
 }
 
-/// The Redis limit of `spec`. (The one `match` over kinds left in this module:
-/// `sluicegate_redis::Limit::from_spec` replaces it.)
+/// The Redis limit of `spec`, as a Python error.
 fn limit_of(spec: &Spec) -> PyResult<Limit> {
+    redis_limit(spec).map_err(|e| match e {
+        LimitError::Kind(msg) => PyValueError::new_err(msg),
+        LimitError::Redis(e) => errors::backend(e),
+    })
+}
+
+/// Why a spec has no Redis limit.
+pub(crate) enum LimitError {
+    /// The kind or the number of limits.
+    Kind(String),
+    /// The Redis tier refused the quota.
+    Redis(sluicegate_redis::Error),
+}
+
+/// The Redis limit of `spec`. (The one `match` over kinds left in the bindings:
+/// `sluicegate_redis::Limit::from_spec` replaces it.)
+pub(crate) fn redis_limit(spec: &Spec) -> Result<Limit, LimitError> {
     let algorithm = match spec.kind() {
         Kind::TokenBucket => Algorithm::TokenBucket,
         Kind::LeakyBucket => Algorithm::LeakyBucket,
@@ -102,15 +118,15 @@ fn limit_of(spec: &Spec) -> PyResult<Limit> {
                 .filter(|k| k.caps().redis)
                 .map(|k| format!("{:?}", k.name()))
                 .collect();
-            return Err(PyValueError::new_err(format!(
+            return Err(LimitError::Kind(format!(
                 "{kind} has no Redis form: use one of {}",
                 names.join(", ")
             )));
         }
     };
     match spec.quotas() {
-        [q] => Limit::new(algorithm, *q).map_err(errors::backend),
-        qs => Err(PyValueError::new_err(format!(
+        [q] => Limit::new(algorithm, *q).map_err(LimitError::Redis),
+        qs => Err(LimitError::Kind(format!(
             "a Redis limiter takes one limit, not {}",
             qs.len()
         ))),
