@@ -4,6 +4,8 @@
 use pyo3::prelude::*;
 use sluicegate::{Clock, ManualClock, QuantaClock};
 
+use crate::args::{opt_uint, uint};
+
 /// A clock that only moves when told to, for tests and simulations.
 ///
 /// >>> clock = ManualClock()
@@ -21,11 +23,11 @@ pub struct PyManualClock {
 #[pymethods]
 impl PyManualClock {
     #[new]
-    #[pyo3(signature = (now_ns = 0))]
-    fn new(now_ns: u64) -> Self {
-        Self {
-            inner: ManualClock::new(now_ns),
-        }
+    #[pyo3(signature = (now_ns = None))]
+    fn new(now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        Ok(Self {
+            inner: ManualClock::new(opt_uint(now_ns, "now_ns")?.unwrap_or(0)),
+        })
     }
 
     /// The time in nanoseconds.
@@ -34,13 +36,15 @@ impl PyManualClock {
     }
 
     /// Sets the time in nanoseconds (backwards too: limiters treat that as no time passing).
-    fn set_ns(&self, now_ns: u64) {
-        self.inner.set(now_ns);
+    fn set_ns(&self, now_ns: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.set(uint(now_ns, "now_ns")?);
+        Ok(())
     }
 
     /// Moves the time forwards by `ns` nanoseconds.
-    fn advance_ns(&self, ns: u64) {
-        self.inner.advance(ns);
+    fn advance_ns(&self, ns: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.advance(uint(ns, "ns")?);
+        Ok(())
     }
 
     /// Moves the time forwards by `seconds` (rounded to the nearest nanosecond).

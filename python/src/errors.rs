@@ -1,15 +1,19 @@
-//! Rust errors to Python exceptions: `ValueError` for configuration, the
-//! `SluicegateError` hierarchy (defined in `sluicegate/_errors.py`, so each class
-//! carries its attributes and docs in plain Python) for everything else.
+//! Rust errors to Python exceptions: `ValueError` for configuration, `MemoryError`
+//! when a table cannot be allocated, and the `SluicegateError` hierarchy (defined
+//! in `sluicegate/_errors.py`, so each class carries its attributes and docs in
+//! plain Python) for everything else.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
-use sluicegate::{ConfigError, Decision, InsufficientCapacity};
+use sluicegate::{ConfigError, Decision, InsufficientCapacity, SpecError};
 
 use crate::decision::PyDecision;
 
 pyo3::import_exception!(sluicegate._errors, CapacityError);
 pyo3::import_exception!(sluicegate._errors, AcquireTimeout);
+pyo3::import_exception!(sluicegate._errors, BackendError);
+pyo3::import_exception!(sluicegate._errors, BackendTimeout);
+pyo3::import_exception!(sluicegate._errors, CircuitOpen);
 
 /// A bad quota or option: always a `ValueError`, with the core's message (it names
 /// the field and, for bounds, the largest accepted value).
@@ -17,9 +21,34 @@ pub fn config(e: ConfigError) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
+/// A spec the core refused: `ValueError` naming the field and bound, or
+/// `MemoryError` when the limiter's memory could not be allocated.
+pub fn spec(e: SpecError) -> PyErr {
+    match e {
+        SpecError::Alloc { .. } => PyMemoryError::new_err(e.to_string()),
+        other => PyValueError::new_err(other.to_string()),
+    }
+}
+
 /// A cost above what the limiter can ever admit at once.
 pub fn capacity(e: InsufficientCapacity) -> PyErr {
     CapacityError::new_err((e.to_string(), e.requested, e.capacity))
+}
+
+/// A Redis-tier error: configuration is a `ValueError`, a cost above the limit a
+/// `CapacityError`, and Redis itself failing (timeouts, the circuit breaker,
+/// connection or per-key data errors) a `BackendError`, whose `__cause__`-like
+/// detail is its message.
+pub fn backend(e: sluicegate_redis::Error) -> PyErr {
+    use sluicegate_redis::Error as E;
+    match e {
+        E::Capacity(c) => capacity(c),
+        E::Config(c) => config(c),
+        E::Resolution { .. } | E::Url(_) => PyValueError::new_err(e.to_string()),
+        E::Timeout => BackendTimeout::new_err(e.to_string()),
+        E::CircuitOpen => CircuitOpen::new_err(e.to_string()),
+        other => BackendError::new_err(other.to_string()),
+    }
 }
 
 /// A blocking or async wait that gave up; carries the last decision.

@@ -5,13 +5,17 @@ use std::hash::{Hash, Hasher};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
-use sluicegate::keyed::{FullPolicy, KeyedLimiter, KeyedStats};
-use sluicegate::{Decision, Fixed, Gcra, InsufficientCapacity, Leaky, Quota, Sliding};
+use sluicegate::keyed::{AnyKeyed, FullPolicy, KeyedStats};
+use sluicegate::{Clock, Kind, Outcome, SpecError};
 
+use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
 use crate::decision::PyDecision;
-use crate::limiters::cost;
+use crate::limiters::spec_of;
 use crate::quota::{self, describe_all};
+
+/// Keys a table holds by default.
+const DEFAULT_CAPACITY: usize = 100_000;
 use crate::{errors, wait};
 
 /// A key as the table hashes it. The variant tag is hashed too, so `"1"`, `b"1"`
@@ -67,36 +71,20 @@ fn with_key<R>(key: &Bound<'_, PyAny>, f: impl FnOnce(&Key<'_>) -> R) -> PyResul
     )))
 }
 
-enum AnyKeyed {
-    TokenBucket(KeyedLimiter<Gcra, PyClock>),
-    LeakyBucket(KeyedLimiter<Leaky, PyClock>),
-    FixedWindow(KeyedLimiter<Fixed, PyClock>),
-    SlidingWindow(KeyedLimiter<Sliding, PyClock>),
-}
-
-macro_rules! keyed {
-    ($self:expr, $t:ident => $e:expr) => {
-        match $self {
-            AnyKeyed::TokenBucket($t) => $e,
-            AnyKeyed::LeakyBucket($t) => $e,
-            AnyKeyed::FixedWindow($t) => $e,
-            AnyKeyed::SlidingWindow($t) => $e,
-        }
-    };
-}
-
-impl AnyKeyed {
-    #[inline]
-    fn check_n(&self, key: &Key<'_>, n: u64) -> Result<Decision, InsufficientCapacity> {
-        keyed!(self, t => t.check_n(key, n))
-    }
-    fn peek_n(&self, key: &Key<'_>, n: u64) -> Result<Decision, InsufficientCapacity> {
-        keyed!(self, t => t.peek_n(key, n))
+/// A table the core could not build: `MemoryError` when the memory is not there,
+/// `ValueError` when the size could never be allocated (it overflows the address
+/// space) or the spec is invalid.
+fn table_error(e: SpecError, capacity: usize) -> PyErr {
+    match e {
+        SpecError::Alloc { bytes: usize::MAX } => PyValueError::new_err(format!(
+            "capacity {capacity} is too large: the table could never be allocated"
+        )),
+        SpecError::Alloc { bytes } => pyo3::exceptions::PyMemoryError::new_err(format!(
+            "cannot allocate a table of {capacity} keys ({bytes} bytes)"
+        )),
+        other => errors::spec(other),
     }
 }
-
-const ALGORITHMS: &str =
-    "\"token_bucket\", \"leaky_bucket\", \"fixed_window\" or \"sliding_window\"";
 
 fn policy_name(p: FullPolicy) -> &'static str {
     match p {
@@ -155,28 +143,29 @@ impl PyKeyedStats {
 /// `"evict_stalest"` (default), `"reject"` or `"allow_unlimited"`.
 #[pyclass(frozen, name = "KeyedLimiter", module = "sluicegate._sluicegate")]
 pub struct PyKeyedLimiter {
-    inner: AnyKeyed,
-    quota: Quota,
-    algorithm: &'static str,
+    inner: AnyKeyed<PyClock>,
+    policy: FullPolicy,
 }
 
 #[pymethods]
 impl PyKeyedLimiter {
     #[new]
-    #[pyo3(signature = (limit = None, *, capacity = 100_000, algorithm = "token_bucket", policy = "evict_stalest", amount = None, period = None, burst = None, clock = None))]
+    #[pyo3(signature = (limit = None, *, capacity = None, algorithm = "token_bucket", policy = "evict_stalest", amount = None, period = None, burst = None, clock = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         limit: Option<&Bound<'_, PyAny>>,
-        capacity: usize,
+        capacity: Option<&Bound<'_, PyAny>>,
         algorithm: &str,
         policy: &str,
-        amount: Option<u64>,
+        amount: Option<&Bound<'_, PyAny>>,
         period: Option<&Bound<'_, PyAny>>,
-        burst: Option<u64>,
+        burst: Option<&Bound<'_, PyAny>>,
         clock: Option<Py<PyManualClock>>,
     ) -> PyResult<Self> {
-        let quotas = quota::from_args(limit, amount, period, burst)?;
-        let quota = quota::one(quotas, "KeyedLimiter")?;
+        let kind: Kind = algorithm
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("unknown algorithm {algorithm:?}: {e}")))?;
+        let spec = spec_of(kind, limit, amount, period, burst)?;
         let policy = match policy {
             "evict_stalest" => FullPolicy::EvictStalest,
             "reject" => FullPolicy::Reject,
@@ -187,164 +176,131 @@ impl PyKeyedLimiter {
                 )))
             }
         };
-        let c = PyClock::from_arg(clock);
-        let (inner, algorithm) = match algorithm {
-            "token_bucket" => (
-                KeyedLimiter::with_clock(quota, capacity, c)
-                    .map(|t| AnyKeyed::TokenBucket(t.with_policy(policy))),
-                "token_bucket",
-            ),
-            "leaky_bucket" => (
-                KeyedLimiter::with_clock(quota, capacity, c)
-                    .map(|t| AnyKeyed::LeakyBucket(t.with_policy(policy))),
-                "leaky_bucket",
-            ),
-            "fixed_window" => {
-                quota::no_burst(&[quota], "fixed_window")?;
-                (
-                    KeyedLimiter::with_clock(quota, capacity, c)
-                        .map(|t| AnyKeyed::FixedWindow(t.with_policy(policy))),
-                    "fixed_window",
-                )
-            }
-            "sliding_window" => {
-                quota::no_burst(&[quota], "sliding_window")?;
-                (
-                    KeyedLimiter::with_clock(quota, capacity, c)
-                        .map(|t| AnyKeyed::SlidingWindow(t.with_policy(policy))),
-                    "sliding_window",
-                )
-            }
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown algorithm {other:?}: expected {ALGORITHMS}"
-                )))
-            }
+        let capacity = match capacity {
+            Some(c) => size(c, "capacity")?,
+            None => DEFAULT_CAPACITY,
         };
-        Ok(Self {
-            inner: inner.map_err(errors::config)?,
-            quota,
-            algorithm,
-        })
+        let inner = AnyKeyed::with_clock(&spec, capacity, PyClock::from_arg(clock))
+            .map_err(|e| table_error(e, capacity))?
+            .with_policy(policy);
+        Ok(Self { inner, policy })
     }
 
     /// Takes `n` units for `key`.
-    #[pyo3(signature = (key, n = 1))]
+    #[pyo3(signature = (key, n = Cost::ONE))]
     #[inline]
-    fn check(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<PyDecision> {
-        let n = cost(n)?;
+    fn check(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+        let n = n.0;
         match with_key(key, |k| self.inner.check_n(k, n))? {
-            Ok(d) => Ok(d.into()),
+            Ok(o) => Ok(o.decision.into()),
             Err(e) => Err(errors::capacity(e)),
         }
     }
 
     /// What `check(key, n)` would answer, taking nothing (and placing no key).
-    #[pyo3(signature = (key, n = 1))]
-    fn peek(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<PyDecision> {
-        let n = cost(n)?;
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn peek(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+        let n = n.0;
         with_key(key, |k| self.inner.peek_n(k, n))?
-            .map(Into::into)
+            .map(|o| o.decision.into())
             .map_err(errors::capacity)
     }
 
     /// `check(key, n)` as a bool.
-    #[pyo3(signature = (key, n = 1))]
-    fn try_acquire(&self, key: &Bound<'_, PyAny>, n: i64) -> PyResult<bool> {
-        let n = cost(n)?;
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn try_acquire(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<bool> {
+        let n = n.0;
         with_key(key, |k| self.inner.check_n(k, n))?
-            .map(|d| d.allowed)
+            .map(|o| o.decision.allowed)
             .map_err(errors::capacity)
     }
 
     /// Blocks (GIL released) until `n` units are taken for `key`.
-    #[pyo3(signature = (key, n = 1, timeout = None))]
+    #[pyo3(signature = (key, n = Cost::ONE, timeout = None))]
     fn acquire(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: i64,
+        n: Cost,
         timeout: Option<f64>,
     ) -> PyResult<PyDecision> {
-        let n = cost(n)?;
+        let n = n.0;
         with_key(key, |k| {
-            wait::blocking(py, timeout, || self.inner.check_n(k, n))
+            wait::blocking(py, timeout, || {
+                self.inner.check_n(k, n).map(|o: Outcome| o.decision)
+            })
         })?
     }
 
     /// `await`s until `n` units are taken for `key`, with `asyncio.sleep`.
-    #[pyo3(signature = (key, n = 1, timeout = None))]
+    #[pyo3(signature = (key, n = Cost::ONE, timeout = None))]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
-        n: i64,
+        n: Cost,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        cost(n)?;
         wait::deadline(timeout)?;
         with_key(key, |_| ())?;
         wait::coroutine(
             slf.py(),
             "acquire_keyed",
-            (slf.getattr("check")?, key, n, timeout),
+            (slf.getattr("check")?, key, n.0, timeout),
         )
     }
 
     /// Forgets every key.
     fn clear(&self) {
-        keyed!(&self.inner, t => t.clear())
+        self.inner.clear()
     }
 
     /// Keys holding live state now (a scan of the whole table).
     fn __len__(&self) -> usize {
-        keyed!(&self.inner, t => t.len())
+        self.inner.len_at(self.inner.clock().now())
     }
 
     /// The table's event counters.
     #[getter]
     fn stats(&self) -> PyKeyedStats {
-        keyed!(&self.inner, t => t.stats()).into()
+        self.inner.stats().into()
     }
 
     /// Keys the table can hold at once (the requested capacity rounded up to 8).
     #[getter]
     fn capacity(&self) -> usize {
-        keyed!(&self.inner, t => t.capacity())
+        self.inner.capacity()
     }
 
     /// The full-table policy.
     #[getter]
     fn policy(&self) -> &'static str {
-        policy_name(keyed!(&self.inner, t => t.policy()))
+        policy_name(self.policy)
     }
 
     /// The algorithm every key runs.
     #[getter]
     fn algorithm(&self) -> &'static str {
-        self.algorithm
+        self.inner.spec().kind().name()
     }
 
     /// The most units one request can take.
     #[getter]
     fn limit(&self) -> u64 {
-        match self.inner {
-            AnyKeyed::TokenBucket(_) | AnyKeyed::LeakyBucket(_) => self.quota.burst_size(),
-            _ => self.quota.amount(),
-        }
+        self.inner.spec().capacity()
     }
 
     /// The limit, as a one-element tuple.
     #[getter]
     fn quotas<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        quota::to_tuple(py, &[self.quota])
+        quota::to_tuple(py, self.inner.spec().quotas())
     }
 
     fn __repr__(&self) -> String {
         format!(
             "KeyedLimiter({:?}, capacity={}, algorithm={:?}, policy={:?})",
-            describe_all(&[self.quota]),
+            describe_all(self.inner.spec().quotas()),
             self.capacity(),
-            self.algorithm,
+            self.inner.spec().kind().name(),
             self.policy()
         )
     }

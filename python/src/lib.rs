@@ -4,13 +4,17 @@
 //! released only where a call sleeps (`acquire`).
 
 mod aio;
+mod args;
 mod clock;
 mod decision;
 mod errors;
 mod keyed;
 mod limiters;
+mod policy;
+mod policy_remote;
 mod quota;
 mod redis;
+mod shaper;
 mod wait;
 
 use pyo3::prelude::*;
@@ -22,15 +26,21 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decision::PyDecision>()?;
     m.add_class::<decision::PyReservation>()?;
     m.add_class::<quota::PyQuota>()?;
+    m.add_class::<limiters::PyLimiter>()?;
     m.add_class::<limiters::PyTokenBucket>()?;
     m.add_class::<limiters::PyLeakyBucket>()?;
     m.add_class::<limiters::PyFixedWindow>()?;
     m.add_class::<limiters::PySlidingWindow>()?;
     m.add_class::<limiters::PySlidingLog>()?;
-    m.add_class::<limiters::PyShaper>()?;
+    m.add_class::<shaper::PyShaper>()?;
     m.add_class::<limiters::PyStriped>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<keyed::PyKeyedStats>()?;
+    m.add_class::<policy::PyPolicy>()?;
+    m.add_class::<policy::PyPolicyDecision>()?;
+    m.add_class::<policy::PyRuleDecision>()?;
+    m.add_class::<redis::PyRedisOptions>()?;
+    m.add_class::<redis::PyRedisBase>()?;
     m.add_class::<redis::PyRedisLimiter>()?;
     m.add_class::<redis::PyRedisKeyedLimiter>()?;
     Ok(())

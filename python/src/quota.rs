@@ -7,8 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 use sluicegate::Quota;
 
-/// The most limits one limiter checks together.
-pub const MAX_LIMITS: usize = 8;
+use crate::args::{opt_uint, uint};
 
 /// `amount` units per `period` seconds, with up to `burst` at once (default:
 /// `amount`). For the window algorithms `amount` is the limit per window of
@@ -124,12 +123,6 @@ pub fn from_args(
     if out.is_empty() {
         return Err(PyValueError::new_err("at least one limit is needed"));
     }
-    if out.len() > MAX_LIMITS {
-        return Err(PyValueError::new_err(format!(
-            "too many limits ({}): the maximum is {MAX_LIMITS}",
-            out.len()
-        )));
-    }
     if let Some(b) = burst {
         match out.as_mut_slice() {
             [only] => *only = only.burst(b),
@@ -139,28 +132,6 @@ pub fn from_args(
         }
     }
     Ok(out)
-}
-
-/// Exactly one limit (for the algorithms that take one).
-pub fn one(quotas: Vec<Quota>, what: &str) -> PyResult<Quota> {
-    match quotas.as_slice() {
-        [q] => Ok(*q),
-        _ => Err(PyValueError::new_err(format!(
-            "{what} takes one limit, not {}",
-            quotas.len()
-        ))),
-    }
-}
-
-/// For window algorithms: a burst other than the amount means the caller expects
-/// a bucket; say so rather than ignore it.
-pub fn no_burst(quotas: &[Quota], what: &str) -> PyResult<()> {
-    if quotas.iter().any(|q| q.burst_size() != q.amount()) {
-        return Err(PyValueError::new_err(format!(
-            "{what} counts requests per window and has no burst; use TokenBucket for a burst"
-        )));
-    }
-    Ok(())
 }
 
 pub fn to_tuple<'py>(py: Python<'py>, quotas: &[Quota]) -> PyResult<Bound<'py, PyTuple>> {
@@ -203,7 +174,13 @@ pub fn describe_all(quotas: &[Quota]) -> String {
 impl PyQuota {
     #[new]
     #[pyo3(signature = (amount, period = None, burst = None))]
-    fn new(amount: u64, period: Option<&Bound<'_, PyAny>>, burst: Option<u64>) -> PyResult<Self> {
+    fn new(
+        amount: &Bound<'_, PyAny>,
+        period: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let amount = uint(amount, "amount")?;
+        let burst = opt_uint(burst, "burst")?;
         let ns = match period {
             Some(p) => period_ns(p)?,
             None => 1_000_000_000,

@@ -30,7 +30,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 import sluicegate
-from sluicegate import CapacityError, KeyedLimiter, Quota, RedisKeyedLimiter, RedisLimiter
+from sluicegate import CapacityError, KeyedLimiter, Quota, RedisKeyedLimiter, RedisLimiter, RedisOptions
 
 
 def _free_port() -> int:
@@ -82,7 +82,7 @@ def _name() -> str:
 
 def test_keyed_decides_like_the_local_keyed_limiter(url: str) -> None:
     for algorithm in ("token_bucket", "leaky_bucket", "fixed_window", "sliding_window"):
-        remote = RedisKeyedLimiter("5/hour", url=url, name=_name(), algorithm=algorithm, timeout=0.5)
+        remote = RedisKeyedLimiter('5/hour', name=_name(), algorithm=algorithm, redis=RedisOptions(url, timeout=0.5))
         local = KeyedLimiter("5/hour", algorithm=algorithm)  # type: ignore[arg-type]
         for key in ("a", b"b", 7):
             for n in (1, 2, 0, 1, 1, 3, 1):
@@ -90,11 +90,11 @@ def test_keyed_decides_like_the_local_keyed_limiter(url: str) -> None:
                 assert (bool(r), r.remaining, r.limit) == (bool(lo), lo.remaining, lo.limit), (algorithm, key, n)
         assert remote.limit == 5
         assert remote.quota == Quota.parse("5/hour")
-    assert RedisKeyedLimiter("1/s", url=url, name="n").redis_key("k") == "sluicegate:n:{k}"
+    assert RedisKeyedLimiter('1/s', name='n', redis=RedisOptions(url)).redis_key("k") == "sluicegate:n:{k}"
 
 
 def test_single_limiter_check_peek_try_acquire(url: str) -> None:
-    rl = RedisLimiter("3/minute", url=url, name=_name(), timeout=0.5)
+    rl = RedisLimiter('3/minute', name=_name(), redis=RedisOptions(url, timeout=0.5))
     assert rl.peek(3)
     assert rl.peek(0).remaining == 3  # a peek takes nothing
     assert rl.peek(1).remaining == 2  # (what would remain after one)
@@ -107,13 +107,13 @@ def test_single_limiter_check_peek_try_acquire(url: str) -> None:
     with pytest.raises(CapacityError):
         rl.check(4)
     with pytest.raises(ValueError):
-        RedisLimiter("3/minute", url=url, name="x", algorithm="nope")  # type: ignore[arg-type]
+        RedisLimiter('3/minute', name='x', algorithm='nope', redis=RedisOptions(url))  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        RedisLimiter("3/minute", url="http://x", name="x")
+        RedisLimiter('3/minute', name='x', redis=RedisOptions('http://x'))
 
 
 def test_threads_share_one_limit_without_over_admission(url: str) -> None:
-    rl = RedisKeyedLimiter("50/hour", url=url, name=_name(), timeout=1.0)
+    rl = RedisKeyedLimiter('50/hour', name=_name(), redis=RedisOptions(url, timeout=1.0))
     admitted = []
     lock = threading.Lock()
 
@@ -131,8 +131,8 @@ def test_threads_share_one_limit_without_over_admission(url: str) -> None:
 
 
 def test_async_checks_do_not_block_the_loop_and_do_not_over_admit(url: str) -> None:
-    rl = RedisKeyedLimiter("20/hour", url=url, name=_name(), timeout=1.0)
-    single = RedisLimiter("2/hour", url=url, name=_name(), timeout=1.0)
+    rl = RedisKeyedLimiter('20/hour', name=_name(), redis=RedisOptions(url, timeout=1.0))
+    single = RedisLimiter('2/hour', name=_name(), redis=RedisOptions(url, timeout=1.0))
 
     async def main() -> tuple[int, int, bool]:
         decisions = await asyncio.gather(*(rl.check_async("k") for _ in range(50)))
@@ -192,8 +192,8 @@ def test_async_checks_concurrent_on_one_key_admit_exactly_the_burst(url: str) ->
     # 1000 checks in flight at once on one key: every one is a script call decided
     # atomically by Redis, so exactly the burst is admitted. failure_policy closed
     # and a generous timeout: a call that failed would show as a missing admission.
-    keyed = RedisKeyedLimiter("37/hour", url=url, name=_name(), timeout=5.0, failure_policy="closed")
-    single = RedisLimiter("25/hour", url=url, name=_name(), timeout=5.0, failure_policy="closed")
+    keyed = RedisKeyedLimiter('37/hour', name=_name(), redis=RedisOptions(url, timeout=5.0, failure_policy='closed'))
+    single = RedisLimiter('25/hour', name=_name(), redis=RedisOptions(url, timeout=5.0, failure_policy='closed'))
 
     async def main() -> tuple[list[sluicegate.Decision], list[sluicegate.Decision], list[sluicegate.Decision]]:
         a = await asyncio.gather(*(keyed.check_async("hot") for _ in range(1000)))
@@ -211,7 +211,9 @@ def test_async_checks_concurrent_on_one_key_admit_exactly_the_burst(url: str) ->
 
 def test_async_decisions_match_the_sync_ones(url: str) -> None:
     for algorithm in ("token_bucket", "leaky_bucket", "fixed_window", "sliding_window"):
-        kw: dict[str, Any] = dict(url=url, algorithm=algorithm, timeout=2.0, failure_policy="closed")
+        kw: dict[str, Any] = dict(
+            algorithm=algorithm, redis=RedisOptions(url, timeout=2.0, failure_policy="closed")
+        )
         sync_keyed, async_keyed = RedisKeyedLimiter("5/hour", name=_name(), **kw), RedisKeyedLimiter("5/hour", name=_name(), **kw)
         sync_one, async_one = RedisLimiter("4/hour", name=_name(), **kw), RedisLimiter("4/hour", name=_name(), **kw)
         steps = [(True, 1), (False, 2), (True, 2), (False, 0), (True, 0), (True, 3), (True, 1), (False, 1), (True, 1)]
@@ -249,15 +251,15 @@ def _raised(call: Any) -> BaseException:
 
 
 def test_async_argument_errors_are_the_sync_ones_and_eager(url: str) -> None:
-    keyed = RedisKeyedLimiter("5/hour", url=url, name=_name(), timeout=2.0)
-    one = RedisLimiter("5/hour", url=url, name=_name(), timeout=2.0)
+    keyed = RedisKeyedLimiter('5/hour', name=_name(), redis=RedisOptions(url, timeout=2.0))
+    one = RedisLimiter('5/hour', name=_name(), redis=RedisOptions(url, timeout=2.0))
     # Raised by the call itself, before any coroutine exists (so none is left
     # un-awaited), with the sync call's type and message.
-    for args in (("k", -1), (object(), 1), ("k", 2**63), ("k", 1.5)):
+    for args in (("k", -1), (object(), 1), ("k", 1.5)):
         for sync, aio in ((keyed.check, keyed.check_async), (keyed.peek, keyed.peek_async)):
             s, a = _raised(lambda: sync(*args)), _raised(lambda: aio(*args))
             assert type(s) is type(a) and str(s) == str(a), args
-    for n in (-1, 2**63, 1.5):
+    for n in (-1, 1.5):
         for sync1, aio1 in ((one.check, one.check_async), (one.peek, one.peek_async)):
             s, a = _raised(lambda: sync1(n)), _raised(lambda: aio1(n))
             assert type(s) is type(a) and str(s) == str(a), n
@@ -267,7 +269,9 @@ def test_async_argument_errors_are_the_sync_ones_and_eager(url: str) -> None:
     # A cost above the burst: CapacityError, from the await, exactly as the sync call.
     async def capacity() -> list[BaseException]:
         out: list[BaseException] = []
-        for coroutine in (keyed.check_async("k", 6), keyed.peek_async("k", 6), one.check_async(6), one.peek_async(6)):
+        # (2**63 too: a cost beyond 64 bits is a cost above the limit, not an argument error.)
+        for coroutine in (keyed.check_async("k", 6), keyed.peek_async("k", 6), one.check_async(6), one.peek_async(6),
+                          keyed.check_async("k", 2**63), one.check_async(2**64 + 1)):
             try:
                 await coroutine
             except CapacityError as e:
@@ -277,7 +281,7 @@ def test_async_argument_errors_are_the_sync_ones_and_eager(url: str) -> None:
     got = asyncio.run(capacity())
     want = [_raised(lambda: keyed.check("k", 6)), _raised(lambda: keyed.peek("k", 6))]
     want += [_raised(lambda: one.check(6)), _raised(lambda: one.peek(6))]
-    assert len(got) == 4
+    assert len(got) == 6
     for g, w in zip(got, want):
         assert isinstance(g, CapacityError) and isinstance(w, CapacityError)
         assert (type(g), str(g), g.requested, g.capacity) == (type(w), str(w), w.requested, w.capacity) == (
@@ -296,7 +300,7 @@ def test_async_argument_errors_are_the_sync_ones_and_eager(url: str) -> None:
 def test_cancelling_async_checks_in_flight(url: str) -> None:
     gc.collect()  # earlier tests' limiters (and so runtime threads) gone first
     before = _runtime_threads()
-    rl = RedisKeyedLimiter("1000/hour", url=url, name=_name(), timeout=5.0, failure_policy="closed")
+    rl = RedisKeyedLimiter('1000/hour', name=_name(), redis=RedisOptions(url, timeout=5.0, failure_policy='closed'))
     problems: list[dict[str, Any]] = []
 
     async def main() -> tuple[float, int]:
@@ -342,7 +346,7 @@ def test_dropping_a_limiter_with_checks_in_flight(url: str) -> None:
     before = _runtime_threads()
 
     async def main() -> None:
-        rl = RedisLimiter("100/hour", url=url, name=_name(), timeout=5.0)
+        rl = RedisLimiter('100/hour', name=_name(), redis=RedisOptions(url, timeout=5.0))
         assert await rl.check_async()
         if before is not None:
             assert _runtime_threads() == before + 1
@@ -368,7 +372,7 @@ def test_dropping_a_limiter_with_checks_in_flight(url: str) -> None:
 
 
 def test_async_check_in_flight_leaves_the_loop_and_the_gil_free(url: str) -> None:
-    rl = RedisLimiter("10/hour", url=url, name=_name(), timeout=5.0)
+    rl = RedisLimiter('10/hour', name=_name(), redis=RedisOptions(url, timeout=5.0))
     spins = 0
     stop = threading.Event()
 
@@ -404,7 +408,7 @@ def test_async_check_in_flight_leaves_the_loop_and_the_gil_free(url: str) -> Non
 def test_async_checks_in_a_forked_child(url: str) -> None:
     # The parent's async checks started the thread that hands results to asyncio;
     # a forked child has none of its parent's threads and must start its own.
-    rl = RedisLimiter("10/hour", url=url, name=_name(), timeout=2.0)
+    rl = RedisLimiter('10/hour', name=_name(), redis=RedisOptions(url, timeout=2.0))
     assert asyncio.run(rl.check_async())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
@@ -412,7 +416,7 @@ def test_async_checks_in_a_forked_child(url: str) -> None:
     if pid == 0:  # the child: a limiter of its own (the parent's runtime thread is gone)
         code = 3
         try:
-            child = RedisLimiter("10/hour", url=url, name=_name(), timeout=2.0)
+            child = RedisLimiter('10/hour', name=_name(), redis=RedisOptions(url, timeout=2.0))
 
             async def main() -> sluicegate.Decision:
                 return await asyncio.wait_for(child.check_async(), 5)
@@ -426,9 +430,9 @@ def test_async_checks_in_a_forked_child(url: str) -> None:
 
 def test_failure_policies_answer_at_once_when_redis_is_down() -> None:
     dead = f"redis://127.0.0.1:{_free_port()}"
-    closed = RedisKeyedLimiter("10/hour", url=dead, name="d", failure_policy="closed")
-    opened = RedisKeyedLimiter("10/hour", url=dead, name="d", failure_policy="open")
-    local = RedisKeyedLimiter("10/hour", url=dead, name="d", failure_policy="local", local_share=50)
+    closed = RedisKeyedLimiter('10/hour', name='d', redis=RedisOptions(dead, failure_policy='closed'))
+    opened = RedisKeyedLimiter('10/hour', name='d', redis=RedisOptions(dead, failure_policy='open'))
+    local = RedisKeyedLimiter('10/hour', name='d', redis=RedisOptions(dead, failure_policy='local', local_share=50))
     start = time.monotonic()
     assert not any(closed.check("k") for _ in range(50))
     assert all(opened.check("k") for _ in range(50))
@@ -437,6 +441,93 @@ def test_failure_policies_answer_at_once_when_redis_is_down() -> None:
     assert local.check_with_source("k")[1] == "local_fallback"
     # 150 checks, and the breaker keeps a dead Redis from costing a timeout each.
     assert time.monotonic() - start < 1.0
+
+
+def test_backend_failures_are_sluicegate_errors_never_value_errors() -> None:
+    dead = f"redis://127.0.0.1:{_free_port()}"
+    keyed = RedisKeyedLimiter("10/hour", name="d", redis=RedisOptions(dead, timeout=0.05))
+    one = RedisLimiter("10/hour", name="d", redis=RedisOptions(dead, timeout=0.05))
+    seen: list[type[BaseException]] = []
+    for _ in range(8):
+        for call in (lambda: keyed.try_check("k"), lambda: one.try_check()):
+            e = _raised(call)
+            assert isinstance(e, sluicegate.BackendError) and not isinstance(e, ValueError), repr(e)
+            seen.append(type(e))
+    # Repeated failures open the breaker: then Redis is not even asked.
+    assert sluicegate.CircuitOpen in seen
+    assert issubclass(sluicegate.BackendTimeout, TimeoutError)
+    # Configuration stays a ValueError.
+    with pytest.raises(ValueError, match="failure_policy"):
+        RedisOptions(dead, failure_policy="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        RedisOptions("http://x")
+    with pytest.raises(ValueError, match="local_share"):
+        RedisOptions(dead, local_share=-1)
+
+
+def test_old_keyword_arguments_still_work_and_are_deprecated(url: str) -> None:
+    with pytest.warns(DeprecationWarning, match="RedisOptions"):
+        keyed = RedisKeyedLimiter("2/hour", url=url, name=_name(), timeout=1.0, failure_policy="closed")
+    assert keyed.check("k") and keyed.check("k") and not keyed.check("k")
+    with pytest.warns(DeprecationWarning, match="RedisOptions"):
+        one = RedisLimiter("1/hour", url=url, name=_name())
+    assert one.check() and not one.check()
+    with pytest.raises(TypeError, match="not both"):
+        RedisLimiter("1/hour", name="x", redis=RedisOptions(url), timeout=1.0)
+    with pytest.raises(TypeError, match="RedisOptions"):
+        RedisLimiter("1/hour", name="x")
+    opts = RedisOptions(url, timeout=0.5, failure_policy="open")
+    assert (opts.url, opts.timeout, opts.failure_policy, opts.prefix) == (url, 0.5, "open", "sluicegate:")
+
+
+def test_single_limiter_has_check_with_source_and_huge_costs_are_capacity_errors(url: str) -> None:
+    one = RedisLimiter("5/hour", name=_name(), redis=RedisOptions(url, timeout=2.0))
+    decision, source = one.check_with_source()
+    assert decision and decision.remaining == 4 and source == "redis"
+    keyed = RedisKeyedLimiter("5/hour", name=_name(), redis=RedisOptions(url, timeout=2.0))
+    for big in (6, 2**63, 2**64, 2**100):
+        for call in (lambda: one.check(big), lambda: keyed.check("k", big), lambda: keyed.try_check("k", big)):
+            e = _raised(call)
+            assert isinstance(e, CapacityError), repr(e)
+    with pytest.raises(ValueError, match="n must be a whole number"):
+        one.check(-1)
+
+
+def test_check_many_is_one_pipeline_in_order(url: str) -> None:
+    keyed = RedisKeyedLimiter("3/hour", name=_name(), redis=RedisOptions(url, timeout=2.0))
+    out = keyed.check_many(["a", "a", ("a", 2), ("b", 3), b"b"])
+    assert [bool(d) for d in out] == [True, True, False, True, False]
+    assert [d.remaining for d in out] == [2, 1, 1, 0, 0]
+    # A cost that can never pass fails the batch before anything is sent.
+    with pytest.raises(CapacityError):
+        keyed.check_many(["c", ("c", 4)])
+    assert keyed.peek("c") == keyed.peek("never-charged")  # "c" untouched
+    with pytest.raises(TypeError, match="pair"):
+        keyed.check_many([("c", 1, 2)])
+    many = keyed.check_many_with_source([f"k{i}" for i in range(2000)])
+    assert len(many) == 2000 and all(d and s == "redis" for d, s in many)
+    assert keyed.check_many([]) == []
+
+
+def test_hybrid_mode_is_one_argument_away(url: str) -> None:
+    opts = RedisOptions(url, timeout=2.0)
+    h = RedisKeyedLimiter("1000/second", name=_name(), redis=opts, hybrid=True)
+    results = [h.check_with_source("k") for _ in range(300)]
+    assert all(d for d, _ in results)
+    assert "lease" in {s for _, s in results}
+    stats = h.hybrid_stats
+    assert stats is not None and stats["local"] > 0 and stats["local"] + stats["round_trips"] == 300
+    assert "hybrid=True" in repr(h)
+    assert RedisKeyedLimiter("1/s", name="x", redis=opts).hybrid_stats is None
+    # Leases are charged in Redis: a hybrid and a plain limiter on one name never
+    # admit more than the quota together.
+    name = _name()
+    a = RedisKeyedLimiter("20/hour", name=name, redis=opts, hybrid=True)
+    b = RedisKeyedLimiter("20/hour", name=name, redis=opts)
+    one = RedisLimiter("20/hour", name=_name(), redis=opts, hybrid=True)
+    admitted = sum(1 for _ in range(30) if a.check("k")) + sum(1 for _ in range(30) if b.check("k"))
+    assert admitted <= 20
+    assert 18 <= sum(1 for _ in range(30) if one.check()) <= 20
 
 
 async def _hello(request: Request) -> PlainTextResponse:
@@ -451,7 +542,7 @@ def test_asgi_middleware_with_redis_tables(url: str) -> None:
     app.add_middleware(
         RateLimitMiddleware,
         limits="3/minute",
-        table_factory=lambda q: RedisKeyedLimiter(q, url=url, name=name, timeout=0.5),
+        table_factory=lambda q: RedisKeyedLimiter(q, name=name, redis=RedisOptions(url, timeout=0.5)),
     )
 
     async def main() -> list[int]:
@@ -461,7 +552,7 @@ def test_asgi_middleware_with_redis_tables(url: str) -> None:
 
     assert asyncio.run(main()) == [200, 200, 200, 429, 429]
     # A second app (another process, in effect) shares the same limit in Redis.
-    other = RedisKeyedLimiter("3/minute", url=url, name=name, timeout=0.5)
+    other = RedisKeyedLimiter('3/minute', name=name, redis=RedisOptions(url, timeout=0.5))
     assert not other.peek("203.0.113.9")
 
 
@@ -478,7 +569,7 @@ def test_wsgi_middleware_with_redis_tables(url: str) -> None:
     flask_app.wsgi_app = RateLimitMiddleware(  # type: ignore[method-assign]
         flask_app.wsgi_app,
         "2/minute",
-        table_factory=lambda q: RedisKeyedLimiter(q, url=url, name=name, timeout=0.5),
+        table_factory=lambda q: RedisKeyedLimiter(q, name=name, redis=RedisOptions(url, timeout=0.5)),
     )
     client = flask_app.test_client()
     codes = [client.get("/", environ_base={"REMOTE_ADDR": "198.51.100.4"}).status_code for _ in range(3)]
@@ -544,30 +635,59 @@ def mtls() -> Iterator[tuple[str, str]]:
 def test_tls_with_a_private_ca_and_a_client_certificate(mtls: tuple[str, str]) -> None:
     tls_url, d = mtls
     ssl = {"ssl_ca_certs": f"{d}/ca.crt", "ssl_certfile": f"{d}/client.crt", "ssl_keyfile": f"{d}/client.key"}
-    rl = RedisKeyedLimiter("2/minute", url=tls_url, name=_name(), timeout=2.0, failure_policy="closed", **ssl)
+    rl = RedisKeyedLimiter('2/minute', name=_name(), redis=RedisOptions(tls_url, timeout=2.0, failure_policy='closed', **ssl))
     assert [rl.check_with_source("k")[1] for _ in range(2)] == ["redis", "redis"]
     denied, source = rl.check_with_source("k")
     assert not denied and source == "redis"
-    one = RedisLimiter("1/minute", url=tls_url, name=_name(), timeout=2.0, failure_policy="closed",
-                       ssl_ca_certs=pathlib.Path(d, "ca.crt"), ssl_certfile=pathlib.Path(d, "client.crt"),
-                       ssl_keyfile=pathlib.Path(d, "client.key"))
+    one = RedisLimiter('1/minute', name=_name(), redis=RedisOptions(tls_url, timeout=2.0, failure_policy='closed', ssl_ca_certs=pathlib.Path(d, 'ca.crt'), ssl_certfile=pathlib.Path(d, 'client.crt'), ssl_keyfile=pathlib.Path(d, 'client.key')))
     assert asyncio.run(one.check_async()) and not one.check()
 
     # Without the client certificate the server ends the handshake: the policy answers.
-    no_cert = RedisKeyedLimiter("2/minute", url=tls_url, name=_name(), timeout=0.5, failure_policy="closed",
-                                ssl_ca_certs=f"{d}/ca.crt")
+    no_cert = RedisKeyedLimiter('2/minute', name=_name(), redis=RedisOptions(tls_url, timeout=0.5, failure_policy='closed', ssl_ca_certs=f'{d}/ca.crt'))
     assert no_cert.check_with_source("k")[1] == "fail_closed"
     # Without the private CA the server is not trusted.
-    untrusted = RedisKeyedLimiter("2/minute", url=tls_url, name=_name(), timeout=0.5, failure_policy="closed",
-                                  ssl_certfile=f"{d}/client.crt", ssl_keyfile=f"{d}/client.key")
+    untrusted = RedisKeyedLimiter('2/minute', name=_name(), redis=RedisOptions(tls_url, timeout=0.5, failure_policy='closed', ssl_certfile=f'{d}/client.crt', ssl_keyfile=f'{d}/client.key'))
     assert untrusted.check_with_source("k")[1] == "fail_closed"
 
 
 def test_tls_argument_errors(mtls: tuple[str, str]) -> None:
     tls_url, d = mtls
     with pytest.raises(ValueError, match="go together"):
-        RedisKeyedLimiter("1/s", url=tls_url, name="x", ssl_certfile=f"{d}/client.crt")
+        RedisKeyedLimiter('1/s', name='x', redis=RedisOptions(tls_url, ssl_certfile=f'{d}/client.crt'))
     with pytest.raises(OSError, match="nope.pem"):
-        RedisKeyedLimiter("1/s", url=tls_url, name="x", ssl_ca_certs=f"{d}/nope.pem")
+        RedisKeyedLimiter('1/s', name='x', redis=RedisOptions(tls_url, ssl_ca_certs=f'{d}/nope.pem'))
     with pytest.raises(ValueError, match="rediss://"):
-        RedisLimiter("1/s", url="redis://127.0.0.1:1", name="x", ssl_ca_certs=f"{d}/ca.crt")
+        RedisLimiter('1/s', name='x', redis=RedisOptions('redis://127.0.0.1:1', ssl_ca_certs=f'{d}/ca.crt'))
+
+
+def test_policy_rules_on_redis_and_hybrid_share_state_across_instances(url: str) -> None:
+    name = _name()
+    text = f"""
+[redis]
+url = "{url}"
+prefix = "{name}:"
+
+[[rule]]
+name = "shared"
+key = ["tenant"]
+limit = "3/hour"
+backend = "redis"
+on_error = "closed"
+
+[[rule]]
+name = "leased"
+match = {{ path = "/hot" }}
+limit = "1000/second"
+backend = "hybrid"
+"""
+    a, b = sluicegate.Policy.from_str(text), sluicegate.Policy.from_str(text)
+    # Two processes' worth of policies: one count in Redis.
+    got = [bool(p.check(tenant="acme")) for p in (a, b, a, b)]
+    assert got == [True, True, True, False]
+    assert b.check(tenant="globex")  # another key
+    hot = [a.check(path="/hot", tenant="t2") for _ in range(2)]
+    assert all(hot) and [r.name for r in hot[0].rules] == ["shared", "leased"]
+    # Redis down: each rule's on_error answers, flagged as a backend error.
+    dead = text.replace(url, f"redis://127.0.0.1:{_free_port()}")
+    d = sluicegate.Policy.from_str(dead).check(tenant="acme")
+    assert not d and d.rules[0].backend_error

@@ -51,3 +51,80 @@ def test_real_server() -> None:
         server.should_exit = True
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_server_workers_is_read_from_the_command_line_or_environment() -> None:
+    from sluicegate._http import server_workers
+
+    assert server_workers({}, ["/v/bin/python", "/v/bin/uvicorn", "app:app", "--workers", "4"]) == 4
+    assert server_workers({}, ["python", "-m", "uvicorn", "app:app", "--workers=3"]) == 3
+    assert server_workers({}, ["gunicorn", "-w", "2", "app:app"]) == 2
+    assert server_workers({}, ["gunicorn", "-w8", "app:app"]) == 8
+    assert server_workers({"GUNICORN_CMD_ARGS": "--workers 5"}, ["gunicorn", "app:app"]) == 5
+    assert server_workers({"WEB_CONCURRENCY": "6"}, ["bash"]) == 6
+    # Not a server, or no worker count: nothing to say.
+    assert server_workers({}, ["bash"]) is None
+    assert server_workers({}, ["python", "myscript.py", "--workers", "4"]) is None
+    assert server_workers({}, ["uvicorn", "app:app"]) is None
+
+
+APP = '''
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from sluicegate.asgi import RateLimitMiddleware
+
+async def ping(request):
+    return PlainTextResponse("pong")
+
+app = Starlette(routes=[Route("/ping", ping)])
+app.add_middleware(RateLimitMiddleware, limits="10/minute")
+# A second middleware in the same worker: the warning is still given once.
+app.add_middleware(RateLimitMiddleware, limits="20/minute")
+'''
+
+
+def test_multi_worker_uvicorn_warns_once_per_worker_at_start_up(tmp_path: "os.PathLike[str]") -> None:
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    pathlib.Path(tmp_path, "multi_app.py").write_text(APP)
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONWARNINGS="default")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "multi_app:app", "--workers", "2", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ping", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "uvicorn --workers 2 did not start"
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.1)
+        time.sleep(1.0)  # both workers up
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    warnings = [line for line in err.splitlines() if "RuntimeWarning" in line and "2 worker processes" in line]
+    # One warning per worker (two workers), not one per middleware.
+    assert len(warnings) == 2, err
+
+
+def test_single_process_server_does_not_warn() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        app = Starlette(routes=[Route("/ping", ping)])
+        RateLimitMiddleware(app, limits="3/minute")

@@ -12,7 +12,8 @@ Classes: :class:`TokenBucket` (GCRA), :class:`LeakyBucket` (meter),
 :class:`StripedTokenBucket` (one hot limit, many threads) and
 :class:`KeyedLimiter` (one state per client key, bounded memory);
 :class:`RedisLimiter` and :class:`RedisKeyedLimiter` keep the same limits in
-Redis, shared by every process (``url="redis://…"``, a failure policy each). Limits are
+Redis, shared by every process (``redis=RedisOptions("redis://…")``; ``hybrid=True``
+for a local lease front); :class:`Policy` reads every rule of a service from one file. Limits are
 strings (``"100/minute"``, ``"10 per 2 hours"``, ``"100/s burst 200"``,
 ``"1/second; 100/hour"`` checked all-or-nothing), :class:`Quota` objects or
 keyword arguments (``amount=``, ``period=`` in seconds, ``burst=``).
@@ -20,7 +21,15 @@ Middleware: :mod:`sluicegate.asgi` and :mod:`sluicegate.wsgi`.
 """
 
 from ._decorator import rate_limit
-from ._errors import AcquireTimeout, CapacityError, RateLimited, SluicegateError
+from ._errors import (
+    AcquireTimeout,
+    BackendError,
+    BackendTimeout,
+    CapacityError,
+    CircuitOpen,
+    RateLimited,
+    SluicegateError,
+)
 from ._sluicegate import (
     Decision,
     FixedWindow,
@@ -28,10 +37,14 @@ from ._sluicegate import (
     KeyedStats,
     LeakyBucket,
     ManualClock,
+    Policy,
+    PolicyDecision,
     Quota,
     RedisKeyedLimiter,
     RedisLimiter,
+    RedisOptions,
     Reservation,
+    RuleDecision,
     Shaper,
     SlidingLog,
     SlidingWindow,
@@ -42,18 +55,25 @@ from ._sluicegate import (
 
 __all__ = [
     "AcquireTimeout",
+    "BackendError",
+    "BackendTimeout",
     "CapacityError",
+    "CircuitOpen",
     "Decision",
     "FixedWindow",
     "KeyedLimiter",
     "KeyedStats",
     "LeakyBucket",
     "ManualClock",
+    "Policy",
+    "PolicyDecision",
     "Quota",
     "RateLimited",
     "RedisKeyedLimiter",
     "RedisLimiter",
+    "RedisOptions",
     "Reservation",
+    "RuleDecision",
     "Shaper",
     "SlidingLog",
     "SlidingWindow",

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._sluicegate import Decision
 
-__all__ = ["AcquireTimeout", "CapacityError", "RateLimited", "SluicegateError"]
+__all__ = [
+    "AcquireTimeout",
+    "BackendError",
+    "BackendTimeout",
+    "CapacityError",
+    "CircuitOpen",
+    "RateLimited",
+    "SluicegateError",
+]
 
 
 class SluicegateError(Exception):
@@ -54,3 +62,18 @@ class AcquireTimeout(SluicegateError, TimeoutError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class BackendError(SluicegateError):
+    """The shared store (Redis) failed a call that its failure policy does not
+    answer: a connection error, a per-key data error (e.g. ``WRONGTYPE``), or an
+    unexpected reply. Never a ``ValueError``: that is kept for bad configuration."""
+
+
+class BackendTimeout(BackendError, TimeoutError):
+    """Redis did not answer within the limiter's ``timeout``; the call is never
+    replayed (it may or may not have run on the server)."""
+
+
+class CircuitOpen(BackendError):
+    """The circuit breaker is open after repeated failures: Redis was not asked."""

@@ -17,18 +17,26 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Literal, Protocol, Union
 
 from ._errors import CapacityError
-from ._sluicegate import Decision, KeyedLimiter, ManualClock, Quota
+from ._sluicegate import Decision, KeyedLimiter, ManualClock, Policy, Quota
 
 _LimitSpec = Union[str, Quota, Sequence[Union[str, Quota]]]
 # Unions of one-value Literals (not Literal["a", "b"]) so that the runtime object is
 # a Union too, as mypy.stubtest expects of an alias that mypy sees as one.
 _Algorithm = Union[Literal["token_bucket"], Literal["leaky_bucket"], Literal["fixed_window"], Literal["sliding_window"]]
 _Policy = Union[Literal["evict_stalest"], Literal["reject"], Literal["allow_unlimited"]]
+
+# The middleware's default limit; a policy= replaces it (other limits= with a
+# policy are an error).
+DEFAULT_LIMITS = "100/minute"
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ForwardedHeader = Union[Literal["x-forwarded-for"], Literal["forwarded"]]
 
 _NS = 1_000_000_000
@@ -135,7 +143,7 @@ class HttpLimiter:
         ipv6_prefix: int,
         capacity: int,
         algorithm: _Algorithm,
-        policy: _Policy,
+        policy: _Policy | Policy,
         legacy_headers: bool,
         clock: ManualClock | None,
         table_factory: TableFactory | None = None,
@@ -144,6 +152,13 @@ class HttpLimiter:
             raise ValueError("ipv6_prefix must be between 0 and 128")
         if forwarded_header not in ("x-forwarded-for", "forwarded"):
             raise ValueError('forwarded_header must be "x-forwarded-for" or "forwarded"')
+        # policy=: a Policy (rules from a file) or, as before, the full-table policy.
+        self.rules: Policy | None = policy if isinstance(policy, Policy) else None
+        if self.rules is not None:
+            if routes or (limits is not None and limits is not DEFAULT_LIMITS):
+                raise ValueError("give the limits either as limits=/routes= or as policy=Policy(...), not both")
+            limits, routes, policy = None, None, "evict_stalest"
+        assert not isinstance(policy, Policy)
         self._capacity = capacity
         self._algorithm = algorithm
         self._policy = policy
@@ -164,6 +179,8 @@ class HttpLimiter:
             key=lambda pr: pr[0].rank(),
         )
         self.exempt = [_Pattern(p) for p in exempt]
+        if table_factory is None and (self.default is not None or any(r for _, r in self.routes)):
+            warn_if_multi_worker()
 
     def _rule(self, name: str, spec: _LimitSpec) -> Rule:
         if isinstance(spec, (str, Quota)):
@@ -232,6 +249,32 @@ class HttpLimiter:
         return str(ip)
 
     # -- the decision ---------------------------------------------------------
+
+    def is_exempt(self, method: str, path: str) -> bool:
+        return any(p.matches(method, path) for p in self.exempt)
+
+    def decide_policy(
+        self,
+        *,
+        ip: str | None,
+        method: str,
+        path: str,
+        host: str | None,
+        headers: list[tuple[str, str]],
+        cost: int,
+    ) -> Outcome:
+        """Checks the request against the policy's rules (``policy=``): the
+        ``RateLimit``/``RateLimit-Policy`` fields carry one item per enforcing rule."""
+        assert self.rules is not None
+        d = self.rules.check(ip=ip, path=path, method=method, host=host, headers=headers, cost=cost)
+        fields = d.headers()
+        retry = next((int(v) for k, v in fields if k == "Retry-After"), None)
+        extra = [(k, v) for k, v in fields if k != "Retry-After"]
+        detail = ""
+        if not d:
+            names = ", ".join(repr(r.name) for r in d.denying)
+            detail = f"rate limit exceeded ({names}); retry in {retry} s"
+        return Outcome(bool(d), extra, retry, detail)
 
     def decide(self, rule: Rule, key: str | bytes | int, cost: int) -> Outcome:
         """Checks every limit of the rule all-or-nothing: all are peeked first and
@@ -338,3 +381,76 @@ def _forwarded_for(value: str) -> list[str]:
             if name.strip().lower() == "for" and val:
                 hops.append(val.strip().strip('"'))
     return hops
+
+
+# --- several worker processes -------------------------------------------------
+
+_warned_multi_worker = False
+
+
+def _flag_value(args: list[str], flags: tuple[str, ...]) -> int | None:
+    """The integer after one of ``flags`` (``--workers 4``, ``--workers=4``,
+    ``-w 4``, ``-w4``) in a command line, or None."""
+    for i, arg in enumerate(args):
+        for flag in flags:
+            value: str | None = None
+            if arg == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg[len(flag) + 1 :]
+            elif len(flag) == 2 and arg.startswith(flag) and arg[2:].isdigit():
+                value = arg[2:]
+            if value is not None and value.isdigit():
+                return int(value)
+    return None
+
+
+def _parent_cmdline() -> list[str]:
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def server_workers(environ: Mapping[str, str] | None = None, parent: list[str] | None = None) -> int | None:
+    """How many worker processes the server running this process has, when that
+    can be told: ``uvicorn --workers N`` or ``gunicorn -w N`` in the parent's
+    command line (a worker is a child of the server's main process), gunicorn's
+    ``GUNICORN_CMD_ARGS``, or ``WEB_CONCURRENCY`` (read by uvicorn and gunicorn).
+    None when nothing says."""
+    env = os.environ if environ is None else environ
+    args = _parent_cmdline() if parent is None else parent
+    servers = ("uvicorn", "gunicorn", "hypercorn")
+    if any(os.path.basename(a).startswith(servers) or a in servers for a in args[:3]):
+        found = _flag_value(args, ("--workers", "-w"))
+        if found is not None:
+            return found
+        gunicorn_args = env.get("GUNICORN_CMD_ARGS", "").split()
+        found = _flag_value(gunicorn_args, ("--workers", "-w"))
+        if found is not None:
+            return found
+    concurrency = env.get("WEB_CONCURRENCY", "")
+    return int(concurrency) if concurrency.isdigit() else None
+
+
+def warn_if_multi_worker() -> None:
+    """Warns once per process (a ``RuntimeWarning``) when an in-process table runs
+    inside a server with several workers: each worker would keep its own count,
+    so a limit would admit up to workers × the limit."""
+    global _warned_multi_worker
+    if _warned_multi_worker:
+        return
+    workers = server_workers()
+    if workers is None or workers <= 1:
+        return
+    _warned_multi_worker = True
+    warnings.warn(
+        f"sluicegate: this server runs {workers} worker processes and the rate-limit "
+        "middleware keeps its counts in this process, so each worker limits on its own "
+        f"(up to {workers}x the limit in all). Share the state: "
+        "table_factory=lambda q: sluicegate.RedisKeyedLimiter(q, name=..., "
+        "redis=sluicegate.RedisOptions(url), hybrid=True)",
+        RuntimeWarning,
+        stacklevel=4,
+    )

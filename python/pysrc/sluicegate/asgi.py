@@ -17,10 +17,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
-from ._http import _Algorithm, _ForwardedHeader, HttpLimiter, _LimitSpec, Outcome, _Policy, TableFactory
-from ._sluicegate import ManualClock
+from ._http import (
+    DEFAULT_LIMITS,
+    METRICS_CONTENT_TYPE,
+    HttpLimiter,
+    Outcome,
+    TableFactory,
+    _Algorithm,
+    _ForwardedHeader,
+    _LimitSpec,
+    _Policy,
+)
+from ._sluicegate import ManualClock, Policy
 
-__all__ = ["RateLimitMiddleware"]
+__all__ = ["RateLimitMiddleware", "metrics_app"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,14 +51,17 @@ class RateLimitMiddleware:
     (default 1). ``capacity``: keys each table holds; ``policy``: what happens when
     it is full of live keys. ``legacy_headers``: also send ``X-RateLimit-*``.
     ``table_factory(quota)``: builds each limit's table instead of a local
-    ``KeyedLimiter``, e.g. ``lambda q: RedisKeyedLimiter(q, url=..., name=...)``
-    to share the limits through Redis.
+    ``KeyedLimiter``, e.g. ``lambda q: RedisKeyedLimiter(q, name=..., redis=RedisOptions(url))``
+    to share the limits through Redis. ``policy=Policy.from_file("rules.toml")``:
+    the rules of a policy file instead of ``limits``/``routes`` (attributes ``ip``,
+    ``path``, ``method``, ``host`` and ``header:<name>``; one ``RateLimit`` item per
+    enforcing rule); a string ``policy`` is, as before, what a full table does.
     """
 
     def __init__(
         self,
         app: ASGIApp,
-        limits: _LimitSpec | None = "100/minute",
+        limits: _LimitSpec | None = DEFAULT_LIMITS,
         *,
         routes: Mapping[str, _LimitSpec | None] | None = None,
         exempt: Iterable[str] = (),
@@ -59,7 +72,7 @@ class RateLimitMiddleware:
         ipv6_prefix: int = 64,
         capacity: int = 100_000,
         algorithm: _Algorithm = "token_bucket",
-        policy: _Policy = "evict_stalest",
+        policy: _Policy | Policy = "evict_stalest",
         legacy_headers: bool = False,
         clock: ManualClock | None = None,
         table_factory: TableFactory | None = None,
@@ -83,30 +96,43 @@ class RateLimitMiddleware:
         self.cost_func = cost_func
         self._forwarded = forwarded_header.encode()
 
-    def client_key(self, scope: Scope) -> str:
-        """The default key: the client address, grouped as configured."""
+    def client_address(self, scope: Scope) -> str | None:
+        """The client address: the socket peer, or from ``trusted_proxies``."""
         client = scope.get("client")
         peer = client[0] if client else None
         forwarded = None
         if self.limiter.trusted:
             values = [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == self._forwarded]
             forwarded = ", ".join(values) if values else None
-        return self.limiter.client_key(self.limiter.client_address(peer, forwarded))
+        return self.limiter.client_address(peer, forwarded)
+
+    def client_key(self, scope: Scope) -> str:
+        """The default key: the client address, grouped as configured."""
+        return self.limiter.client_key(self.client_address(scope))
+
+    def _policy_outcome(self, scope: Scope) -> Outcome | None:
+        method, path = scope["method"], scope["path"]
+        if self.limiter.is_exempt(method, path):
+            return None
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", ())]
+        host = next((v for k, v in headers if k == "host"), None)
+        cost = self.cost_func(scope) if self.cost_func is not None else 1
+        return self.limiter.decide_policy(
+            ip=self.client_address(scope), method=method, path=path, host=host, headers=headers, cost=cost
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rule = self.limiter.rule_for(scope["method"], scope["path"])
-        if rule is None:
+        outcome: Outcome | None
+        if self.limiter.rules is not None:
+            outcome = self._policy_outcome(scope)
+        else:
+            outcome = await self._limits_outcome(scope)
+        if outcome is None:
             await self.app(scope, receive, send)
             return
-        key = self.key_func(scope)
-        if key is None:
-            await self.app(scope, receive, send)
-            return
-        cost = self.cost_func(scope) if self.cost_func is not None else 1
-        outcome = await self.limiter.decide_async(rule, key, cost)
         if not outcome.allowed:
             await _deny(outcome, send)
             return
@@ -119,6 +145,39 @@ class RateLimitMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_fields)
+
+
+    async def _limits_outcome(self, scope: Scope) -> Outcome | None:
+        rule = self.limiter.rule_for(scope["method"], scope["path"])
+        if rule is None:
+            return None
+        key = self.key_func(scope)
+        if key is None:
+            return None
+        cost = self.cost_func(scope) if self.cost_func is not None else 1
+        return await self.limiter.decide_async(rule, key, cost)
+
+
+class _Metrics:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        method = scope["method"]
+        body = self.policy.metrics_text().encode() if method in ("GET", "HEAD") else b""
+        status = 200 if method in ("GET", "HEAD") else 405
+        headers = [(b"content-type", METRICS_CONTENT_TYPE.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body if method != "HEAD" else b""})
+
+
+def metrics_app(policy: Policy) -> ASGIApp:
+    """An ASGI app answering ``GET /metrics`` with ``policy.metrics_text()``
+    (Prometheus text format), e.g. ``Route("/metrics", metrics_app(policy))`` in
+    Starlette or ``app.mount("/metrics", metrics_app(policy))`` in FastAPI."""
+    return _Metrics(policy)
 
 
 async def _deny(outcome: Outcome, send: Send) -> None:

@@ -14,15 +14,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ._http import HttpLimiter, TableFactory, _Algorithm, _ForwardedHeader, _LimitSpec, _Policy
-from ._sluicegate import ManualClock
+from ._http import (
+    DEFAULT_LIMITS,
+    METRICS_CONTENT_TYPE,
+    HttpLimiter,
+    Outcome,
+    TableFactory,
+    _Algorithm,
+    _ForwardedHeader,
+    _LimitSpec,
+    _Policy,
+)
+from ._sluicegate import ManualClock, Policy
 
 if TYPE_CHECKING:
     # typeshed's WSGI types (PEP 3333), the ones Flask and Django annotate with.
     from _typeshed import OptExcInfo
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-__all__ = ["RateLimitMiddleware"]
+__all__ = ["RateLimitMiddleware", "metrics_app"]
 
 
 class RateLimitMiddleware:
@@ -31,7 +41,7 @@ class RateLimitMiddleware:
     def __init__(
         self,
         app: WSGIApplication,
-        limits: _LimitSpec | None = "100/minute",
+        limits: _LimitSpec | None = DEFAULT_LIMITS,
         *,
         routes: Mapping[str, _LimitSpec | None] | None = None,
         exempt: Iterable[str] = (),
@@ -42,7 +52,7 @@ class RateLimitMiddleware:
         ipv6_prefix: int = 64,
         capacity: int = 100_000,
         algorithm: _Algorithm = "token_bucket",
-        policy: _Policy = "evict_stalest",
+        policy: _Policy | Policy = "evict_stalest",
         legacy_headers: bool = False,
         clock: ManualClock | None = None,
         table_factory: TableFactory | None = None,
@@ -66,21 +76,51 @@ class RateLimitMiddleware:
         self.cost_func = cost_func
         self._forwarded = "HTTP_" + forwarded_header.upper().replace("-", "_")
 
-    def client_key(self, environ: WSGIEnvironment) -> str:
-        """The default key: the client address, grouped as configured."""
+    def client_address(self, environ: WSGIEnvironment) -> str | None:
+        """The client address: the socket peer, or from ``trusted_proxies``."""
         forwarded = environ.get(self._forwarded) if self.limiter.trusted else None
         peer = environ.get("REMOTE_ADDR") or None
-        return self.limiter.client_key(self.limiter.client_address(peer, forwarded))
+        return self.limiter.client_address(peer, forwarded)
 
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        rule = self.limiter.rule_for(environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "") or "/")
+    def client_key(self, environ: WSGIEnvironment) -> str:
+        """The default key: the client address, grouped as configured."""
+        return self.limiter.client_key(self.client_address(environ))
+
+    def _outcome(self, environ: WSGIEnvironment) -> Outcome | None:
+        method = environ.get("REQUEST_METHOD", "GET")
+        path = environ.get("PATH_INFO", "") or "/"
+        cost = 1
+        if self.limiter.rules is not None:
+            if self.limiter.is_exempt(method, path):
+                return None
+            headers = [(k[5:].lower().replace("_", "-"), v) for k, v in environ.items() if k.startswith("HTTP_")]
+            for k in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+                if environ.get(k):
+                    headers.append((k.lower().replace("_", "-"), environ[k]))
+            if self.cost_func is not None:
+                cost = self.cost_func(environ)
+            return self.limiter.decide_policy(
+                ip=self.client_address(environ),
+                method=method,
+                path=path,
+                host=environ.get("HTTP_HOST"),
+                headers=headers,
+                cost=cost,
+            )
+        rule = self.limiter.rule_for(method, path)
         if rule is None:
-            return self.app(environ, start_response)
+            return None
         key = self.key_func(environ)
         if key is None:
+            return None
+        if self.cost_func is not None:
+            cost = self.cost_func(environ)
+        return self.limiter.decide(rule, key, cost)
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        outcome = self._outcome(environ)
+        if outcome is None:
             return self.app(environ, start_response)
-        cost = self.cost_func(environ) if self.cost_func is not None else 1
-        outcome = self.limiter.decide(rule, key, cost)
         if not outcome.allowed:
             body = outcome.problem_body()
             headers = [*outcome.denial_headers(), ("Content-Length", str(len(body)))]
@@ -94,3 +134,17 @@ class RateLimitMiddleware:
             return start_response(status, [*headers, *extra], exc_info)
 
         return self.app(environ, start_with_fields)
+
+
+def metrics_app(policy: Policy) -> WSGIApplication:
+    """A WSGI app answering ``GET`` with ``policy.metrics_text()`` (Prometheus text
+    format), to serve at ``/metrics`` (e.g. with werkzeug's ``DispatcherMiddleware``)."""
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        body = policy.metrics_text().encode()
+        method = environ.get("REQUEST_METHOD", "GET")
+        status = "200 OK" if method in ("GET", "HEAD") else "405 Method Not Allowed"
+        start_response(status, [("Content-Type", METRICS_CONTENT_TYPE), ("Content-Length", str(len(body)))])
+        return [body if method != "HEAD" else b""]
+
+    return app

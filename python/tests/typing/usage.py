@@ -77,7 +77,9 @@ app = Flask(__name__)
 app.wsgi_app = WsgiLimit(app.wsgi_app, "100/minute", legacy_headers=True)  # type: ignore[method-assign]
 
 # The Redis tier: the same Decision, sync and async, and the middleware's tables.
-remote = sluicegate.RedisKeyedLimiter("100/minute", url="redis://127.0.0.1:6379", name="api", failure_policy="closed")
+remote = sluicegate.RedisKeyedLimiter(
+    "100/minute", name="api", redis=sluicegate.RedisOptions("redis://127.0.0.1:6379", failure_policy="closed")
+)
 shared = sluicegate.RedisLimiter(amount=10, period=1.0, url="redis://127.0.0.1:6379", name="one", algorithm="sliding_window")
 
 
@@ -98,3 +100,22 @@ api.add_middleware(
     limits="100/minute",
     table_factory=lambda q: sluicegate.RedisKeyedLimiter(q, url="redis://127.0.0.1:6379", name="http"),
 )
+
+redis_opts = sluicegate.RedisOptions("redis://127.0.0.1:6379", timeout=0.05, failure_policy="closed")
+hot = sluicegate.RedisKeyedLimiter("10/second", name="api", redis=redis_opts, hybrid=True)
+batch: list[Decision] = hot.check_many(["a", ("b", 2)])
+sourced: tuple[Decision, str] = sluicegate.RedisLimiter("1/s", name="one", redis=redis_opts).check_with_source()
+hybrid_counts: dict[str, int] | None = hot.hybrid_stats
+try:
+    hot.try_check("a")
+except sluicegate.BackendTimeout:
+    pass
+except sluicegate.BackendError:
+    pass
+
+rules = sluicegate.Policy.from_str('[[rule]]\nname = "g"\nlimit = "10/s"\n')
+verdict: sluicegate.PolicyDecision = rules.check(ip="192.0.2.1", path="/", headers={"x-api-key": "k"}, tenant="acme")
+per_rule: list[str] = [r.name for r in verdict.rules if r.mode == "enforce" and r.remaining >= 0]
+fields: list[tuple[str, str]] = verdict.headers()
+prom: str = rules.metrics_text()
+api.add_middleware(AsgiLimit, policy=rules)

@@ -1,0 +1,446 @@
+//! `Policy`: the rules of a whole service in one TOML file (`sluicegate-policy`),
+//! checked all-or-nothing across rules, with shadow rules, hot reload and
+//! Prometheus metrics. A check borrows the caller's strings: nothing is copied but
+//! header names that are not lower case already.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyMapping, PyString, PyTuple};
+use sluicegate_policy::{Attrs, Decision, Policy, RuleDecision, Watcher};
+
+use crate::args::Cost;
+use crate::decision::secs;
+use crate::policy_remote::Factory;
+
+/// A rejected rule file: `ValueError` whose message names file, line, column and rule.
+fn invalid(e: sluicegate_policy::Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// The attributes of one check, borrowed from the call's arguments.
+struct CallAttrs<'a> {
+    ip: Option<&'a str>,
+    path: Option<&'a str>,
+    method: Option<&'a str>,
+    host: Option<&'a str>,
+    /// Header names in lower case (without `header:`), and values.
+    headers: Vec<(Cow<'a, str>, &'a str)>,
+    /// The application's own attributes (`tenant=...`).
+    extra: Vec<(&'a str, &'a str)>,
+}
+
+impl Attrs for CallAttrs<'_> {
+    #[inline]
+    fn get(&self, name: &str) -> Option<&str> {
+        match name {
+            "ip" => self.ip,
+            "path" => self.path,
+            "method" => self.method,
+            "host" => self.host,
+            _ => match name.strip_prefix("header:") {
+                Some(h) => self.headers.iter().find(|(n, _)| n == h).map(|(_, v)| *v),
+                None => self.extra.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
+            },
+        }
+    }
+}
+
+/// `(name, value)` pairs of a mapping or an iterable of pairs, kept alive for borrowing.
+fn pairs<'py>(
+    obj: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<Vec<(Bound<'py, PyString>, Bound<'py, PyString>)>> {
+    let items = match obj.cast::<PyMapping>() {
+        Ok(m) => m.items()?.into_any(),
+        Err(_) => obj.clone(),
+    };
+    let mut out = Vec::new();
+    for item in items.try_iter()? {
+        let item = item?;
+        let t = item.cast::<PyTuple>().map_err(|_| {
+            PyTypeError::new_err(format!("{what}: a mapping or (name, value) pairs of str"))
+        })?;
+        let (k, v) = (t.get_item(0)?, t.get_item(1)?);
+        let str_of = |o: Bound<'py, PyAny>| {
+            o.cast_into::<PyString>()
+                .map_err(|_| PyTypeError::new_err(format!("{what}: names and values are str")))
+        };
+        out.push((str_of(k)?, str_of(v)?));
+    }
+    Ok(out)
+}
+
+/// Rate-limit rules from a TOML file or string (see the README's Policies section).
+///
+/// >>> p = Policy.from_str('[[rule]]\nname = "login"\nmatch = { path = "/login" }\nkey = ["ip"]\nlimit = "2/minute"\n')
+/// >>> [bool(p.check(ip="192.0.2.1", path="/login")) for _ in range(3)]
+/// [True, True, False]
+#[pyclass(frozen, name = "Policy", module = "sluicegate._sluicegate")]
+pub struct PyPolicy {
+    inner: Arc<Policy>,
+    path: Option<String>,
+    watcher: Mutex<Option<Watcher>>,
+    /// Whether a rule lives in Redis (as built: a reload that adds one keeps the
+    /// GIL during its round trips).
+    remote: bool,
+}
+
+/// Whether any rule of `policy` makes Redis round trips.
+fn has_remote(policy: &Policy) -> bool {
+    policy
+        .definition()
+        .rules()
+        .iter()
+        .any(|r| r.backend() != sluicegate_policy::Backend::Local)
+}
+
+#[pymethods]
+impl PyPolicy {
+    /// Reads and validates the rule file at `path`; `watch=True` reloads it when it
+    /// changes (polled every `interval` seconds; an invalid new file keeps the old
+    /// rules and is reported by `last_error`).
+    #[staticmethod]
+    #[pyo3(signature = (path, *, watch = false, interval = 1.0))]
+    fn from_file(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        watch: bool,
+        interval: f64,
+    ) -> PyResult<Self> {
+        let interval = Duration::try_from_secs_f64(interval)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PyValueError::new_err("interval must be a number of seconds > 0"))?;
+        if !path.exists() {
+            return Err(PyOSError::new_err(format!(
+                "{}: no such file",
+                path.display()
+            )));
+        }
+        let policy = py
+            .detach(|| Policy::builder().remote(Factory).from_path(&path))
+            .map_err(invalid)?;
+        let inner = Arc::new(policy);
+        let watcher = if watch {
+            Some(
+                Watcher::spawn(inner.clone(), &path, interval)
+                    .map_err(|e| PyOSError::new_err(format!("cannot start the watcher: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            remote: has_remote(&inner),
+            inner,
+            path: Some(path.display().to_string()),
+            watcher: Mutex::new(watcher),
+        })
+    }
+
+    /// Validates and builds the rules in `text`.
+    #[staticmethod]
+    fn from_str(text: &str) -> PyResult<Self> {
+        let inner = Policy::builder()
+            .remote(Factory)
+            .from_toml(text)
+            .map_err(invalid)?;
+        Ok(Self {
+            remote: has_remote(&inner),
+            inner: Arc::new(inner),
+            path: None,
+            watcher: Mutex::new(None),
+        })
+    }
+
+    /// One request, described by its attributes: `ip`, `path`, `method`, `host`,
+    /// `headers` (a mapping or pairs; matched as `header:<lower-case name>`) and
+    /// any of the application's own (`tenant="acme"`). `cost` units are taken from
+    /// every matching rule, or from none.
+    #[pyo3(signature = (*, ip = None, path = None, method = None, host = None, headers = None, cost = Cost::ONE, **attrs))]
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        &self,
+        py: Python<'_>,
+        ip: Option<&str>,
+        path: Option<&str>,
+        method: Option<&str>,
+        host: Option<&str>,
+        headers: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        attrs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyPolicyDecision> {
+        let header_objs = match headers {
+            Some(h) if !h.is_none() => pairs(h, "headers")?,
+            _ => Vec::new(),
+        };
+        let extra_objs = match attrs {
+            Some(d) => pairs(d.as_any(), "attributes")?,
+            None => Vec::new(),
+        };
+        let mut call = CallAttrs {
+            ip,
+            path,
+            method,
+            host,
+            headers: Vec::with_capacity(header_objs.len()),
+            extra: Vec::with_capacity(extra_objs.len()),
+        };
+        for (k, v) in &header_objs {
+            let k = k.to_str()?;
+            let k = if k.bytes().any(|b| b.is_ascii_uppercase()) {
+                Cow::Owned(k.to_ascii_lowercase())
+            } else {
+                Cow::Borrowed(k)
+            };
+            call.headers.push((k, v.to_str()?));
+        }
+        for (k, v) in &extra_objs {
+            call.extra.push((k.to_str()?, v.to_str()?));
+        }
+        // A rule on Redis makes a round trip: without the GIL, as the Redis classes.
+        let inner = if self.remote {
+            py.detach(|| self.inner.check_n(&call, cost.0))
+        } else {
+            self.inner.check_n(&call, cost.0)
+        };
+        Ok(PyPolicyDecision { inner })
+    }
+
+    /// Re-reads the file (or `text`): validated first; on error the old rules stay
+    /// and `ValueError` names the line. Unchanged rules keep their state.
+    #[pyo3(signature = (text = None))]
+    fn reload(&self, py: Python<'_>, text: Option<&str>) -> PyResult<()> {
+        match (text, &self.path) {
+            (Some(t), _) => self.inner.reload_from_toml(t).map(drop).map_err(invalid),
+            (None, Some(p)) => py
+                .detach(|| self.inner.reload_from_path(p))
+                .map(drop)
+                .map_err(invalid),
+            (None, None) => Err(PyValueError::new_err(
+                "this policy was not read from a file: pass the new text",
+            )),
+        }
+    }
+
+    /// The per-rule counters and reload history, in Prometheus text format.
+    fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
+    }
+
+    /// The last failed reload's message (file, line, column), or None.
+    #[getter]
+    fn last_error(&self) -> Option<String> {
+        self.inner.last_error()
+    }
+
+    /// `(succeeded, failed)` reloads.
+    #[getter]
+    fn reload_count(&self) -> (u64, u64) {
+        self.inner.reload_count()
+    }
+
+    /// The rule names, in file order.
+    #[getter]
+    fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let def = self.inner.definition();
+        PyTuple::new(py, def.rules().iter().map(|r| r.name().to_owned()))
+    }
+
+    /// Stops watching the file (also when the policy is garbage-collected).
+    fn close(&self) {
+        let w = self
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(w) = w {
+            w.stop();
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let n = self.inner.definition().rules().len();
+        match &self.path {
+            Some(p) => format!("Policy.from_file({p:?}) ({n} rules)"),
+            None => format!("Policy.from_str(...) ({n} rules)"),
+        }
+    }
+}
+
+/// One matching rule's answer.
+#[pyclass(frozen, name = "RuleDecision", module = "sluicegate._sluicegate")]
+pub struct PyRuleDecision {
+    /// The rule's name.
+    #[pyo3(get)]
+    name: String,
+    /// `"enforce"` or `"shadow"`.
+    #[pyo3(get)]
+    mode: &'static str,
+    /// Whether this rule admitted the request (a shadow rule's False denied nothing).
+    #[pyo3(get)]
+    allowed: bool,
+    /// Units this rule could still admit now, for this request's key.
+    #[pyo3(get)]
+    remaining: u64,
+    /// The most units the rule admits at once.
+    #[pyo3(get)]
+    limit: u64,
+    window_ns: u64,
+    retry_after_ns: u64,
+    reset_after_ns: u64,
+    delay_ns: u64,
+    /// The shared backend failed and the rule's `on_error` answered.
+    #[pyo3(get)]
+    backend_error: bool,
+}
+
+impl From<RuleDecision<'_>> for PyRuleDecision {
+    fn from(r: RuleDecision<'_>) -> Self {
+        Self {
+            name: r.name.to_owned(),
+            mode: r.mode.name(),
+            allowed: r.allowed,
+            remaining: r.remaining,
+            limit: r.limit,
+            window_ns: r.window_ns,
+            retry_after_ns: r.retry_after_ns,
+            reset_after_ns: r.reset_after_ns,
+            delay_ns: r.delay_ns,
+            backend_error: r.backend_error,
+        }
+    }
+}
+
+#[pymethods]
+impl PyRuleDecision {
+    /// The window of the binding limit, in seconds.
+    #[getter]
+    fn window(&self) -> f64 {
+        secs(self.window_ns)
+    }
+
+    /// Seconds until a request of the same cost would pass this rule.
+    #[getter]
+    fn retry_after(&self) -> f64 {
+        secs(self.retry_after_ns)
+    }
+
+    /// Seconds until this rule's limiter is full again.
+    #[getter]
+    fn reset_after(&self) -> f64 {
+        secs(self.reset_after_ns)
+    }
+
+    /// The shaper's wait before the request may run, in seconds.
+    #[getter]
+    fn delay(&self) -> f64 {
+        secs(self.delay_ns)
+    }
+
+    fn __bool__(&self) -> bool {
+        self.allowed
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RuleDecision(name={:?}, mode={:?}, allowed={}, remaining={}, limit={})",
+            self.name,
+            self.mode,
+            if self.allowed { "True" } else { "False" },
+            self.remaining,
+            self.limit
+        )
+    }
+}
+
+/// What `Policy.check` answers: truthy when every enforcing rule that matched
+/// admitted the request; `rules` has each matching rule's answer.
+#[pyclass(frozen, name = "PolicyDecision", module = "sluicegate._sluicegate")]
+pub struct PyPolicyDecision {
+    inner: Decision,
+}
+
+#[pymethods]
+impl PyPolicyDecision {
+    /// Whether the request was admitted.
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.inner.allowed()
+    }
+
+    /// Each matching rule's answer, in file order.
+    #[getter]
+    fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(
+            py,
+            self.inner
+                .rules()
+                .map(PyRuleDecision::from)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The enforcing rules that denied.
+    #[getter]
+    fn denying<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(
+            py,
+            self.inner
+                .denying()
+                .map(PyRuleDecision::from)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Seconds until the request could pass (0.0 when admitted).
+    #[getter]
+    fn retry_after(&self) -> f64 {
+        secs(self.inner.retry_after_ns())
+    }
+
+    /// The shaper's wait before an admitted request may run, in seconds.
+    #[getter]
+    fn delay(&self) -> f64 {
+        secs(self.inner.delay_ns())
+    }
+
+    /// The response header fields: `RateLimit-Policy` and `RateLimit` (one item
+    /// per enforcing rule), and `Retry-After` (whole seconds) when denied.
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::with_capacity(3);
+        let policy = self.inner.ratelimit_policy_header();
+        if !policy.is_empty() {
+            out.push(("RateLimit-Policy", policy));
+            out.push(("RateLimit", self.inner.ratelimit_header()));
+        }
+        if !self.inner.allowed() {
+            out.push(("Retry-After", self.inner.retry_after_secs().to_string()));
+        }
+        out
+    }
+
+    fn __bool__(&self) -> bool {
+        self.inner.allowed()
+    }
+
+    fn __repr__(&self) -> String {
+        let names: Vec<String> = self
+            .inner
+            .rules()
+            .map(|r| format!("{:?}", r.name))
+            .collect();
+        format!(
+            "PolicyDecision(allowed={}, rules=[{}])",
+            if self.inner.allowed() {
+                "True"
+            } else {
+                "False"
+            },
+            names.join(", ")
+        )
+    }
+}

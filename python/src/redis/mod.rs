@@ -1,0 +1,311 @@
+//! Redis-backed limiters (`sluicegate-redis`): the same decisions as the local
+//! classes, their state shared by every process on the server. Where Redis is and
+//! how to fail is one `RedisOptions` object (shared by any number of limiters);
+//! `hybrid=True` puts the local lease front of `sluicegate_redis::HybridLimiter`
+//! before Redis. Both classes are thin over one `Remote` (the key is the only
+//! difference: a single limiter's is `"global"`). The blocking calls release the
+//! GIL for the round trip. The `_async` forms are native: the check is the async
+//! limiter's future, spawned on the blocking limiter's own runtime and handed to
+//! asyncio through `pyo3-async-runtimes` (`aio.rs`).
+
+mod options;
+mod remote;
+
+pub(crate) use remote::{redis_limit, LimitError};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use options::options;
+pub use options::PyRedisOptions;
+use remote::{coroutine, key_of, start, Build, Remote};
+
+use crate::args::Cost;
+use crate::decision::PyDecision;
+use crate::quota::{self, PyQuota};
+
+/// What both Redis classes share: the limiter, the getters, the async hand-off.
+#[pyclass(
+    subclass,
+    frozen,
+    name = "_RedisLimiter",
+    module = "sluicegate._sluicegate"
+)]
+pub struct PyRedisBase {
+    inner: Remote,
+}
+
+/// The key a single limiter's state lives under.
+const ONE: &str = "global";
+
+/// The constructor both classes share: the limit, then `name`, `redis=` (or the
+/// deprecated keyword arguments in `legacy`), `algorithm`, `max_delay`, `hybrid`.
+#[allow(clippy::too_many_arguments)]
+fn base<'py>(
+    py: Python<'py>,
+    limit: Option<&Bound<'py, PyAny>>,
+    name: &str,
+    redis: Option<Bound<'py, PyRedisOptions>>,
+    algorithm: &str,
+    max_delay: Option<f64>,
+    hybrid: bool,
+    amount: Option<&Bound<'py, PyAny>>,
+    period: Option<&Bound<'py, PyAny>>,
+    burst: Option<&Bound<'py, PyAny>>,
+    legacy: Option<&Bound<'py, PyDict>>,
+) -> PyResult<PyClassInitializer<PyRedisBase>> {
+    let spec = Remote::spec_from(limit, amount, period, burst, algorithm, max_delay)?;
+    let options = options(py, redis, legacy)?;
+    let inner = Remote::new(
+        spec,
+        Build {
+            name,
+            hybrid,
+            options,
+        },
+    )?;
+    Ok(PyClassInitializer::from(PyRedisBase { inner }))
+}
+
+/// The shared limiter of a subclass instance.
+fn remote<'a, T: pyo3::PyClass<BaseType = PyRedisBase>>(slf: &'a Bound<'_, T>) -> &'a Remote {
+    &slf.as_super().get().inner
+}
+
+#[pymethods]
+impl PyRedisBase {
+    /// The quota.
+    #[getter]
+    fn quota(&self) -> PyQuota {
+        PyQuota {
+            inner: self.inner.spec.quotas()[0],
+        }
+    }
+
+    /// The most units admitted at once.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.remote.limit().capacity()
+    }
+
+    /// The algorithm's canonical name.
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.spec.kind().name()
+    }
+
+    /// `{"local": ..., "round_trips": ...}` in hybrid mode, else `None`.
+    #[getter]
+    fn hybrid_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.inner.hybrid_stats(py)
+    }
+
+    /// The `_async` forms' first step (`coroutine`), with checked arguments.
+    #[pyo3(name = "_start")]
+    fn start_<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        n: u64,
+        consume: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        start(py, &self.inner.remote, key, n, consume)
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let r = &slf.get().inner;
+        Ok(format!(
+            "{}({:?}, algorithm={:?}{})",
+            slf.get_type().name()?,
+            quota::describe(&r.spec.quotas()[0]),
+            r.spec.kind().name(),
+            if r.hybrid.is_some() {
+                ", hybrid=True"
+            } else {
+                ""
+            }
+        ))
+    }
+}
+
+/// One limit per key, its state in Redis: the Redis counterpart of `KeyedLimiter`.
+#[pyclass(frozen, extends = PyRedisBase, name = "RedisKeyedLimiter", module = "sluicegate._sluicegate")]
+pub struct PyRedisKeyedLimiter;
+
+#[pymethods]
+impl PyRedisKeyedLimiter {
+    #[new]
+    #[pyo3(signature = (limit = None, *, name, redis = None, algorithm = "token_bucket", max_delay = None, hybrid = false, amount = None, period = None, burst = None, **legacy))]
+    #[allow(clippy::too_many_arguments)]
+    fn new<'py>(
+        py: Python<'py>,
+        limit: Option<&Bound<'py, PyAny>>,
+        name: &str,
+        redis: Option<Bound<'py, PyRedisOptions>>,
+        algorithm: &str,
+        max_delay: Option<f64>,
+        hybrid: bool,
+        amount: Option<&Bound<'py, PyAny>>,
+        period: Option<&Bound<'py, PyAny>>,
+        burst: Option<&Bound<'py, PyAny>>,
+        legacy: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let b = base(
+            py, limit, name, redis, algorithm, max_delay, hybrid, amount, period, burst, legacy,
+        )?;
+        Ok(b.add_subclass(Self))
+    }
+
+    /// Takes `n` units for `key` (Redis unavailable: the failure policy answers).
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn check(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+        Ok(remote(slf).run(slf.py(), &key_of(key)?, n, true)?.0)
+    }
+
+    /// Whether `n` units would be admitted for `key`, taking nothing.
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn peek(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+        Ok(remote(slf).run(slf.py(), &key_of(key)?, n, false)?.0)
+    }
+
+    /// `check`, and which tier answered: `"redis"`, `"fail_open"`, `"fail_closed"`,
+    /// `"local_fallback"`, or in hybrid mode `"lease"` / `"local_denial"`.
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn check_with_source(
+        slf: &Bound<'_, Self>,
+        key: &Bound<'_, PyAny>,
+        n: Cost,
+    ) -> PyResult<(PyDecision, &'static str)> {
+        remote(slf).run(slf.py(), &key_of(key)?, n, true)
+    }
+
+    /// `check` straight to Redis with the failure policy bypassed: Redis failing
+    /// raises `BackendError` (`BackendTimeout`, `CircuitOpen`).
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn try_check(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+        remote(slf).try_run(slf.py(), &key_of(key)?, n)
+    }
+
+    /// Checks many keys in one pipeline: `items` are keys (cost 1) or `(key, n)`
+    /// pairs; the decisions come back in order. A cost above `limit` raises
+    /// `CapacityError` before anything is sent.
+    fn check_many(slf: &Bound<'_, Self>, items: &Bound<'_, PyAny>) -> PyResult<Vec<PyDecision>> {
+        Ok(remote(slf)
+            .run_many(slf.py(), items)?
+            .into_iter()
+            .map(|r| r.0)
+            .collect())
+    }
+
+    /// `check_many`, each decision with its source.
+    fn check_many_with_source(
+        slf: &Bound<'_, Self>,
+        items: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<(PyDecision, &'static str)>> {
+        remote(slf).run_many(slf.py(), items)
+    }
+
+    /// Takes `n` units for `key` if it can; a bool.
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn try_acquire(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<bool> {
+        Ok(remote(slf).run(slf.py(), &key_of(key)?, n, true)?.0.allowed)
+    }
+
+    /// `check` as a coroutine: the async round trip, no worker thread (in hybrid
+    /// mode too: the async form always asks Redis).
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn check_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        n: Cost,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        coroutine(slf.as_any(), key_of(key)?, n.0, true)
+    }
+
+    /// `peek` as a coroutine.
+    #[pyo3(signature = (key, n = Cost::ONE))]
+    fn peek_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        n: Cost,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        coroutine(slf.as_any(), key_of(key)?, n.0, false)
+    }
+
+    /// The Redis key that holds `key`'s state.
+    fn redis_key(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<String> {
+        Ok(remote(slf).remote.as_async().redis_key(&key_of(key)?))
+    }
+}
+
+/// One limit shared through Redis: the Redis counterpart of `TokenBucket` and the
+/// other single limiters (one key, named by `name`).
+#[pyclass(frozen, extends = PyRedisBase, name = "RedisLimiter", module = "sluicegate._sluicegate")]
+pub struct PyRedisLimiter;
+
+#[pymethods]
+impl PyRedisLimiter {
+    #[new]
+    #[pyo3(signature = (limit = None, *, name, redis = None, algorithm = "token_bucket", max_delay = None, hybrid = false, amount = None, period = None, burst = None, **legacy))]
+    #[allow(clippy::too_many_arguments)]
+    fn new<'py>(
+        py: Python<'py>,
+        limit: Option<&Bound<'py, PyAny>>,
+        name: &str,
+        redis: Option<Bound<'py, PyRedisOptions>>,
+        algorithm: &str,
+        max_delay: Option<f64>,
+        hybrid: bool,
+        amount: Option<&Bound<'py, PyAny>>,
+        period: Option<&Bound<'py, PyAny>>,
+        burst: Option<&Bound<'py, PyAny>>,
+        legacy: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let b = base(
+            py, limit, name, redis, algorithm, max_delay, hybrid, amount, period, burst, legacy,
+        )?;
+        Ok(b.add_subclass(Self))
+    }
+
+    /// Takes `n` units (Redis unavailable: the failure policy answers).
+    #[pyo3(signature = (n = Cost::ONE))]
+    fn check(slf: &Bound<'_, Self>, n: Cost) -> PyResult<PyDecision> {
+        Ok(remote(slf).run(slf.py(), ONE, n, true)?.0)
+    }
+
+    /// Whether `n` units would be admitted, taking nothing.
+    #[pyo3(signature = (n = Cost::ONE))]
+    fn peek(slf: &Bound<'_, Self>, n: Cost) -> PyResult<PyDecision> {
+        Ok(remote(slf).run(slf.py(), ONE, n, false)?.0)
+    }
+
+    /// `check`, and which tier answered (see `RedisKeyedLimiter.check_with_source`).
+    #[pyo3(signature = (n = Cost::ONE))]
+    fn check_with_source(slf: &Bound<'_, Self>, n: Cost) -> PyResult<(PyDecision, &'static str)> {
+        remote(slf).run(slf.py(), ONE, n, true)
+    }
+
+    /// `check` straight to Redis with the failure policy bypassed.
+    #[pyo3(signature = (n = Cost::ONE))]
+    fn try_check(slf: &Bound<'_, Self>, n: Cost) -> PyResult<PyDecision> {
+        remote(slf).try_run(slf.py(), ONE, n)
+    }
+
+    /// Takes `n` units if it can; a bool.
+    #[pyo3(signature = (n = Cost::ONE))]
+    fn try_acquire(slf: &Bound<'_, Self>, n: Cost) -> PyResult<bool> {
+        Ok(remote(slf).run(slf.py(), ONE, n, true)?.0.allowed)
+    }
+
+    /// `check` as a coroutine: the async round trip, no worker thread.
+    #[pyo3(signature = (n = Cost::ONE))]
+    fn check_async<'py>(slf: &Bound<'py, Self>, n: Cost) -> PyResult<Bound<'py, PyAny>> {
+        coroutine(slf.as_any(), ONE.to_owned(), n.0, true)
+    }
+
+    /// `peek` as a coroutine.
+    #[pyo3(signature = (n = Cost::ONE))]
+    fn peek_async<'py>(slf: &Bound<'py, Self>, n: Cost) -> PyResult<Bound<'py, PyAny>> {
+        coroutine(slf.as_any(), ONE.to_owned(), n.0, false)
+    }
+}
