@@ -1,8 +1,9 @@
 //! # sluicegate-cli
 //!
 //! The work behind the `sluicegate` command, as a library its tests call
-//! directly: reading access logs ([`input`], [`clf`], [`json`], [`time`]), and a
-//! seeded log generator ([`synth`]).
+//! directly: reading access logs ([`input`], [`clf`], [`json`], [`time`]),
+//! replaying them through a policy ([`replay`], [`report`], [`chart`]), rule
+//! files ([`rules`]: load, lint, explain), and a seeded log generator ([`synth`]).
 //!
 //! ```
 //! use sluicegate_cli::input::{Format, LogReader};
@@ -16,9 +17,15 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod chart;
 pub mod clf;
 pub mod input;
 pub mod json;
+pub mod keytext;
 pub mod record;
+pub mod replay;
+pub mod report;
+pub mod rules;
 pub mod synth;
+pub mod tally;
 pub mod time;
