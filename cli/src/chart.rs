@@ -128,11 +128,14 @@ where
             .margin(8)
             .x_label_area_size(28)
             .y_label_area_size(56)
-            .build_cartesian_2d(start..end, 0f64..peak * 1.1)
+            .build_cartesian_2d(
+                (start..end).with_key_points(ticks(start, end)),
+                0f64..peak * 1.1,
+            )
             .map_err(err)?;
         chart
             .configure_mesh()
-            .x_labels(8)
+            .x_labels(12)
             .y_labels(5)
             .x_label_formatter(&|s| clock(*s, long))
             .y_label_formatter(&|v| format!("{v:.0}"))
@@ -175,6 +178,25 @@ where
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// Tick positions at whole multiples of a round time step (10 s, 5 min, 1 h,
+/// ...), at most 8 over the span.
+fn ticks(start: u64, end: u64) -> Vec<u64> {
+    const STEPS: [u64; 17] = [
+        1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200,
+    ];
+    let span = end.saturating_sub(start).max(1);
+    let step = STEPS
+        .iter()
+        .copied()
+        .find(|s| span / s <= 8)
+        .unwrap_or_else(|| span.div_ceil(8 * 86_400) * 86_400);
+    let first = start.div_ceil(step) * step;
+    (0..)
+        .map(|i| first + i * step)
+        .take_while(|t| *t <= end)
+        .collect()
 }
 
 /// `HH:MM` (spans over an hour) or `HH:MM:SS`, UTC, of a second since the epoch.

@@ -102,12 +102,14 @@ fn is_http_field(field: &str, header: &str) -> bool {
 /// assert_eq!(split_request("-"), None);
 /// ```
 pub fn split_request(request: &str) -> Option<(&str, &str)> {
-    let (method, rest) = request.split_once(' ')?;
-    if method.is_empty() || !method.bytes().all(|c| c.is_ascii_uppercase()) {
+    let b = request.as_bytes();
+    let sp = b.iter().position(|c| !c.is_ascii_uppercase())?;
+    if sp == 0 || b[sp] != b' ' {
         return None;
     }
-    let target = rest.split(' ').next().unwrap_or(rest);
-    let path = strip_query(target);
+    let rest = &request[sp + 1..];
+    let end = memchr::memchr3(b' ', b'?', b'#', rest.as_bytes()).unwrap_or(rest.len());
+    let (method, path) = (&request[..sp], &rest[..end]);
     (!path.is_empty()).then_some((method, path))
 }
 

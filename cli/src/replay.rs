@@ -131,11 +131,16 @@ impl Replay {
             self.denied += 1;
         }
         let sec = now / NS;
+        let mut next = 0;
         for d in self.decision.rules() {
-            // Rules come back in file order: a short scan finds each.
-            let Some(t) = self.rules.iter_mut().find(|t| t.def.name() == d.name) else {
+            // Rules come back in file order: the scan goes on from the last one
+            // found, so it usually compares one name.
+            let Some(i) = (next..self.rules.len()).find(|&i| self.rules[i].def.name() == d.name)
+            else {
                 continue;
             };
+            next = i + 1;
+            let t = &mut self.rules[i];
             t.matched += 1;
             let passed = match d.mode {
                 Mode::Shadow => {

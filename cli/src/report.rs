@@ -39,6 +39,8 @@ use crate::time::format_utc;
 
 /// How many denied keys a report lists per rule.
 pub const TOP_KEYS: usize = 10;
+/// How many skipped lines the text report shows.
+const TEXT_SAMPLES: usize = 3;
 
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
@@ -198,7 +200,7 @@ impl Report {
         if let (Some(a), Some(b)) = (&self.start, &self.end) {
             let _ = writeln!(s, "time span: {a} .. {b}");
         }
-        for m in &self.malformed {
+        for m in self.malformed.iter().take(TEXT_SAMPLES) {
             let _ = writeln!(
                 s,
                 "  skipped {}:{}: {}: {}",
@@ -208,6 +210,9 @@ impl Report {
                 m.text.escape_debug()
             );
         }
+        if self.skipped > TEXT_SAMPLES as u64 {
+            let _ = writeln!(s, "  ... (--json lists the first {})", self.malformed.len());
+        }
         for r in &self.rules {
             let key = if r.key.is_empty() {
                 "one limiter".to_owned()
@@ -216,7 +221,7 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "\nrule {} ({}, {} {}, {key}, {})",
+                "\nrule {} ({}, {}, {}, {key}, {})",
                 r.name, r.mode, r.limit, r.algorithm, r.backend
             );
             let _ = write!(

@@ -175,7 +175,7 @@ fn text_report_and_charts() {
             "{report}"
         );
         assert!(
-            report.contains("rule catalogue (enforce, 120/minute fixed_window, per ip, local)"),
+            report.contains("rule catalogue (enforce, 120/minute, fixed_window, per ip, local)"),
             "{report}"
         );
         assert!(report.contains("192.0.2.66"));
