@@ -208,9 +208,11 @@ impl Limiter {
                     };
                     match (on_error, local) {
                         (OnError::Open, _) => Ok(Answer::Fallback(plain(d(true)))),
-                        (OnError::Local, Some(l)) => match l.run(key, String::new, n, now, consume)? {
-                            Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
-                        },
+                        (OnError::Local, Some(l)) => {
+                            match l.run(key, String::new, n, now, consume)? {
+                                Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
+                            }
+                        }
                         _ => Ok(Answer::Fallback(plain(d(false)))),
                     }
                 }

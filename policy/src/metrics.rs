@@ -58,6 +58,14 @@ pub(crate) struct ReloadStats {
     pub last_error: Option<String>,
 }
 
+/// A per-rule family: name, type, help, the value.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&RuleStats) -> u64,
+);
+
 /// Writes the Prometheus text exposition (format 0.0.4).
 pub(crate) fn write_text(out: &mut String, rules: &[RuleStats], reload: &ReloadStats) {
     let mut family = |name: &str, kind: &str, help: &str, rows: &mut dyn FnMut(&mut String)| {
@@ -67,20 +75,50 @@ pub(crate) fn write_text(out: &mut String, rules: &[RuleStats], reload: &ReloadS
     };
     let per_rule = |out: &mut String, name: &str, extra: &str, v: &dyn Fn(&RuleStats) -> u64| {
         for r in rules {
-            let _ = writeln!(out, "{name}{{rule=\"{}\"{extra}}} {}", Escaped(&r.name), v(r));
+            let _ = writeln!(
+                out,
+                "{name}{{rule=\"{}\"{extra}}} {}",
+                Escaped(&r.name),
+                v(r)
+            );
         }
     };
     let req = "sluicegate_policy_requests_total";
-    family(req, "counter", "Requests a rule matched, by what the rule answered.", &mut |o| {
-        per_rule(o, req, ",outcome=\"allowed\"", &|r| r.allowed);
-        per_rule(o, req, ",outcome=\"denied\"", &|r| r.denied);
-        per_rule(o, req, ",outcome=\"shadow_denied\"", &|r| r.shadow_denied);
-    });
-    let rows: [(&str, &str, &str, fn(&RuleStats) -> u64); 4] = [
-        ("sluicegate_policy_backend_errors_total", "counter", "Checks decided by on_error because the shared backend failed.", |r| r.backend_errors),
-        ("sluicegate_policy_keys", "gauge", "Keys holding state in the rule's local table.", |r| r.keys),
-        ("sluicegate_policy_evictions_total", "counter", "Table entries back to full reclaimed for new keys.", |r| r.evictions),
-        ("sluicegate_policy_rejected_keys_total", "counter", "New keys denied because the rule's table was full of live entries.", |r| r.rejected_keys),
+    family(
+        req,
+        "counter",
+        "Requests a rule matched, by what the rule answered.",
+        &mut |o| {
+            per_rule(o, req, ",outcome=\"allowed\"", &|r| r.allowed);
+            per_rule(o, req, ",outcome=\"denied\"", &|r| r.denied);
+            per_rule(o, req, ",outcome=\"shadow_denied\"", &|r| r.shadow_denied);
+        },
+    );
+    let rows: [Family; 4] = [
+        (
+            "sluicegate_policy_backend_errors_total",
+            "counter",
+            "Checks decided by on_error because the shared backend failed.",
+            |r| r.backend_errors,
+        ),
+        (
+            "sluicegate_policy_keys",
+            "gauge",
+            "Keys holding state in the rule's local table.",
+            |r| r.keys,
+        ),
+        (
+            "sluicegate_policy_evictions_total",
+            "counter",
+            "Table entries back to full reclaimed for new keys.",
+            |r| r.evictions,
+        ),
+        (
+            "sluicegate_policy_rejected_keys_total",
+            "counter",
+            "New keys denied because the rule's table was full of live entries.",
+            |r| r.rejected_keys,
+        ),
     ];
     for (name, kind, help, v) in rows {
         family(name, kind, help, &mut |o| per_rule(o, name, "", &|r| v(r)));

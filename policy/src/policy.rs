@@ -158,7 +158,12 @@ impl PolicyBuilder {
 
     fn build(self, text: &str, file: Option<&str>) -> Result<Policy, Error> {
         let def = PolicyDef::parse(text, file)?;
-        let compiled = compile(def, None, self.remote.as_deref(), file.unwrap_or("<policy>"))?;
+        let compiled = compile(
+            def,
+            None,
+            self.remote.as_deref(),
+            file.unwrap_or("<policy>"),
+        )?;
         Ok(Policy {
             current: ArcSwap::from_pointee(compiled),
             clock: DefaultClock::default(),
@@ -367,7 +372,13 @@ impl Policy {
                 }
                 Mode::Enforce => {
                     last = Some(out.items.len());
-                    (Outcome { decision: Verdict::never(0), delay_ns: 0 }, false)
+                    (
+                        Outcome {
+                            decision: Verdict::never(0),
+                            delay_ns: 0,
+                        },
+                        false,
+                    )
                 }
             };
             out.items.push(Item {
