@@ -54,10 +54,14 @@ fn font() -> Result<()> {
 
 /// Draws the chart of `replay` to `path` (PNG if it ends in `.png`, else SVG).
 ///
-/// ```no_run
+/// ```
 /// # let policy = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n").unwrap();
-/// let replay = sluicegate_cli::replay::Replay::new(policy);
-/// sluicegate_cli::chart::draw(&replay, std::path::Path::new("replay.svg")).unwrap();
+/// let mut replay = sluicegate_cli::replay::Replay::new(policy);
+/// replay.check(&sluicegate_cli::record::Request { time_ns: 1_000_000_000, ..Default::default() });
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("replay.svg");
+/// sluicegate_cli::chart::draw(&replay, &path).unwrap();
+/// assert!(std::fs::read_to_string(&path).unwrap().contains("g (1/s, token_bucket, enforce)"));
 /// ```
 pub fn draw(replay: &Replay, path: &Path) -> Result<()> {
     font()?;

@@ -17,6 +17,11 @@ use crate::record::{present, split_request, Request};
 use crate::time::parse_clf;
 
 /// Why a line is not in the expected format (a fixed message: no allocation).
+///
+/// ```
+/// let reason: sluicegate_cli::clf::Malformed = sluicegate_cli::clf::parse("x", true).unwrap_err();
+/// assert_eq!(reason, "no space after the client address");
+/// ```
 pub type Malformed = &'static str;
 
 /// Parses a `common` (`combined == false`) or `combined` line.

@@ -14,12 +14,24 @@ use crate::json::JsonFields;
 use crate::record::Request;
 
 /// Lines longer than this are skipped as malformed (and not kept in memory).
+///
+/// ```
+/// assert_eq!(sluicegate_cli::input::MAX_LINE, 65_536);
+/// ```
 pub const MAX_LINE: usize = 64 * 1024;
 /// How many malformed lines are kept as samples.
+///
+/// ```
+/// assert_eq!(sluicegate_cli::input::MAX_SAMPLES, 10);
+/// ```
 pub const MAX_SAMPLES: usize = 10;
 const BUF: usize = 256 * 1024;
 
 /// A log format.
+///
+/// ```
+/// assert_eq!(sluicegate_cli::input::Format::default(), sluicegate_cli::input::Format::Auto);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Format {
     /// Decided per input by the first line that parses as JSON, combined or
@@ -35,6 +47,15 @@ pub enum Format {
 }
 
 /// A line that did not parse.
+///
+/// ```
+/// use sluicegate_cli::input::{Format, LogReader};
+/// let mut r = LogReader::new(Format::Json, Default::default());
+/// r.read("a.log", &b"{oops\n"[..], |_| {})?;
+/// let s = &r.stats().samples[0];
+/// assert_eq!((s.source.as_str(), s.line, s.reason, s.text.as_str()), ("a.log", 1, "not a JSON object", "{oops"));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Sample {
     /// The input it came from (`-` for standard input).
@@ -48,6 +69,11 @@ pub struct Sample {
 }
 
 /// Line counts over every input read so far.
+///
+/// ```
+/// let s = sluicegate_cli::input::LineStats::default();
+/// assert_eq!((s.lines, s.parsed, s.skipped), (0, 0, 0));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LineStats {
     /// Lines read.
@@ -93,6 +119,14 @@ pub fn open(path: &str, progress: &ProgressBar) -> io::Result<Box<dyn BufRead>> 
 }
 
 /// Splits inputs into lines and parses them, keeping [`LineStats`].
+///
+/// ```
+/// use sluicegate_cli::input::{Format, LogReader};
+/// let mut r = LogReader::new(Format::Auto, Default::default());
+/// r.read("-", &b"\n"[..], |_| {})?;
+/// assert_eq!(r.stats().skipped, 1); // an empty line
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct LogReader {
     format: Format,
@@ -102,6 +136,11 @@ pub struct LogReader {
 
 impl LogReader {
     /// A reader for `format`; `fields` names the JSON fields.
+    ///
+    /// ```
+    /// let r = sluicegate_cli::input::LogReader::new(sluicegate_cli::input::Format::Common, Default::default());
+    /// assert_eq!(r.stats().lines, 0);
+    /// ```
     pub fn new(format: Format, fields: JsonFields) -> Self {
         LogReader {
             format,
@@ -111,6 +150,11 @@ impl LogReader {
     }
 
     /// The counts so far.
+    ///
+    /// ```
+    /// let r = sluicegate_cli::input::LogReader::default();
+    /// assert!(r.stats().samples.is_empty());
+    /// ```
     pub fn stats(&self) -> &LineStats {
         &self.stats
     }

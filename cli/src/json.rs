@@ -81,6 +81,10 @@ impl Default for JsonFields {
 
 impl JsonFields {
     /// The attribute names `set` accepts.
+    ///
+    /// ```
+    /// assert!(sluicegate_cli::json::JsonFields::ATTRIBUTES.contains(&"user-agent"));
+    /// ```
     pub const ATTRIBUTES: [&'static str; 8] = [
         "time",
         "ip",
@@ -93,6 +97,13 @@ impl JsonFields {
     ];
 
     /// Reads `attribute` from `field` only (replacing the default candidates).
+    ///
+    /// ```
+    /// let mut f = sluicegate_cli::json::JsonFields::default();
+    /// f.set("time", "ts")?;
+    /// assert_eq!(f.time, ["ts"]);
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn set(&mut self, attribute: &str, field: &str) -> Result<(), String> {
         let slot = match attribute {
             "time" => &mut self.time,

@@ -23,8 +23,16 @@ use crate::record::Request;
 use crate::tally::{Peaks, Series, TopKeys};
 
 /// Denied keys tracked per rule (counts exact while no more distinct keys are denied).
+///
+/// ```
+/// assert_eq!(sluicegate_cli::replay::TOP_KEYS_TRACKED, 1024);
+/// ```
 pub const TOP_KEYS_TRACKED: usize = 1024;
 /// Chart buckets per rule.
+///
+/// ```
+/// assert_eq!(sluicegate_cli::replay::SERIES_BUCKETS, 1200);
+/// ```
 pub const SERIES_BUCKETS: usize = 1200;
 const NS: u64 = 1_000_000_000;
 
@@ -35,6 +43,15 @@ impl Attrs for Request<'_> {
 }
 
 /// One rule's counts.
+///
+/// ```
+/// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+/// let mut r = sluicegate_cli::replay::Replay::new(p);
+/// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+/// let t = &r.rules()[0];
+/// assert_eq!((t.def.name(), t.matched, t.allowed, t.denied_by_other), ("g", 1, 1, 0));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct RuleTally {
     /// The rule as written.
@@ -87,6 +104,12 @@ pub struct Replay {
 
 impl Replay {
     /// A replay through `policy` (its limiters start full).
+    ///
+    /// ```
+    /// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+    /// assert_eq!(sluicegate_cli::replay::Replay::new(p).totals(), (0, 0));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
     pub fn new(policy: Policy) -> Self {
         let def = policy.definition();
         let rules = def
@@ -117,6 +140,15 @@ impl Replay {
     }
 
     /// Checks one request at its own time and counts the outcome.
+    ///
+    /// ```
+    /// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+    /// let mut r = sluicegate_cli::replay::Replay::new(p);
+    /// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+    /// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() }); // same instant: the second is over 1/s
+    /// assert_eq!(r.totals(), (1, 1));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
     pub fn check(&mut self, req: &Request<'_>) {
         let now = req.time_ns;
         self.span = Some(match self.span {
@@ -172,16 +204,39 @@ impl Replay {
     }
 
     /// Per-rule counts, in file order.
+    ///
+    /// ```
+    /// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+    /// assert_eq!(sluicegate_cli::replay::Replay::new(p).rules().len(), 1);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
     pub fn rules(&self) -> &[RuleTally] {
         &self.rules
     }
 
     /// (admitted, denied) requests.
+    ///
+    /// ```
+    /// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+    /// let mut r = sluicegate_cli::replay::Replay::new(p);
+    /// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+    /// assert_eq!(r.totals(), (1, 0));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
     pub fn totals(&self) -> (u64, u64) {
         (self.allowed, self.denied)
     }
 
     /// Earliest and latest line time seen (nanoseconds since the epoch).
+    ///
+    /// ```
+    /// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+    /// let mut r = sluicegate_cli::replay::Replay::new(p);
+    /// assert_eq!(r.span(), None);
+    /// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+    /// assert_eq!(r.span(), Some((5, 5)));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
     pub fn span(&self) -> Option<(u64, u64)> {
         self.span
     }

@@ -38,11 +38,26 @@ use crate::replay::Replay;
 use crate::time::format_utc;
 
 /// How many denied keys a report lists per rule.
+///
+/// ```
+/// assert_eq!(sluicegate_cli::report::TOP_KEYS, 10);
+/// ```
 pub const TOP_KEYS: usize = 10;
 /// How many skipped lines the text report shows.
 const TEXT_SAMPLES: usize = 3;
 
 /// The whole report.
+///
+/// ```
+/// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+/// let mut r = sluicegate_cli::replay::Replay::new(p);
+/// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+/// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+/// let report = sluicegate_cli::report::Report::new(&r, &Default::default());
+/// assert_eq!((report.allowed, report.denied), (1, 1));
+/// assert!(serde_json::to_string(&report).unwrap().starts_with(r#"{"lines":0,"parsed":0,"#));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     /// Lines read.
@@ -66,6 +81,17 @@ pub struct Report {
 }
 
 /// One rule's part of the report.
+///
+/// ```
+/// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+/// let mut r = sluicegate_cli::replay::Replay::new(p);
+/// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+/// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+/// let report = sluicegate_cli::report::Report::new(&r, &Default::default());
+/// let rule = &report.rules[0];
+/// assert_eq!((rule.name.as_str(), rule.matched, rule.denied, rule.peak_offered_per_s), ("g", 2, 1, 2));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
 #[derive(Clone, Debug, Serialize)]
 pub struct RuleReport {
     /// Name.
@@ -101,6 +127,17 @@ pub struct RuleReport {
 }
 
 /// A denied key and how often.
+///
+/// ```
+/// let p = sluicegate_policy::Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n")?;
+/// let mut r = sluicegate_cli::replay::Replay::new(p);
+/// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+/// r.check(&sluicegate_cli::record::Request { time_ns: 5, ip: "192.0.2.1".into(), ..Default::default() });
+/// let report = sluicegate_cli::report::Report::new(&r, &Default::default());
+/// let k = &report.rules[0].top_denied_keys[0];
+/// assert_eq!((k.key.as_str(), k.denied, k.overcount), ("", 1, 0)); // a rule without key attributes
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct KeyCount {
     /// The key.

@@ -93,6 +93,15 @@ fn as_local(text: &str) -> Result<String, String> {
 }
 
 /// What `lint` found.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("r.toml");
+/// std::fs::write(&path, "[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n")?;
+/// let lint = sluicegate_cli::rules::lint(path.to_str().unwrap());
+/// assert_eq!(lint.diagnostics.len(), 1); // b is identical to a
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Lint {
     /// Errors and warnings, errors first, each in file order.
@@ -101,6 +110,15 @@ pub struct Lint {
 
 impl Lint {
     /// How many errors.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("r.toml");
+    /// std::fs::write(&path, "[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n")?;
+    /// let lint = sluicegate_cli::rules::lint(path.to_str().unwrap());
+    /// assert_eq!(lint.errors(), 0);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn errors(&self) -> usize {
         self.diagnostics
             .iter()
@@ -108,6 +126,15 @@ impl Lint {
             .count()
     }
     /// How many warnings.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("r.toml");
+    /// std::fs::write(&path, "[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n")?;
+    /// let lint = sluicegate_cli::rules::lint(path.to_str().unwrap());
+    /// assert_eq!(lint.warnings(), 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn warnings(&self) -> usize {
         self.diagnostics.len() - self.errors()
     }
@@ -167,6 +194,12 @@ pub fn lint(path: &str) -> Lint {
 }
 
 /// One rule as `explain` shows it.
+///
+/// ```
+/// let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"t\"\nkey = [\"tenant\"]\nlimit = \"9/s\"\nbackend = \"local\"\n", None).unwrap();
+/// let e = &sluicegate_cli::rules::explain(&def, &[("tenant".into(), "acme".into())])[0];
+/// assert_eq!((e.matches, e.key.as_str(), e.backend.as_str(), e.line), (true, "acme", "local", 2));
+/// ```
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Explained {
     /// Name.

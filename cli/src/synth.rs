@@ -13,6 +13,11 @@ use crate::input::Format;
 use crate::time::{format_clf, format_utc};
 
 /// What to generate.
+///
+/// ```
+/// let c = sluicegate_cli::synth::Config::default();
+/// assert_eq!((c.seed, c.lines, c.disorder), (1, 10_000, false));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     /// The seed: the same seed, the same log.
@@ -42,6 +47,12 @@ impl Default for Config {
 }
 
 /// Who made a request (for tests that look at one population).
+///
+/// ```
+/// use sluicegate_cli::synth::{generate, Config, Entry, Source};
+/// let log = generate(&Config { lines: 2000, ..Config::default() });
+/// assert!(log.iter().any(|e| matches!(e, Entry::Request(ev) if ev.source == Source::Scraper)));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// One of the steady users.
@@ -53,6 +64,13 @@ pub enum Source {
 }
 
 /// One request, before it is written as a line.
+///
+/// ```
+/// use sluicegate_cli::synth::{generate, Config, Entry};
+/// let log = generate(&Config { lines: 100, malformed_per_10k: 0, ..Config::default() });
+/// let Entry::Request(first) = &log[0] else { unreachable!() };
+/// assert_eq!(first.time_ns % 1_000_000, 0); // millisecond precision
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     /// Time in nanoseconds since the epoch (millisecond precision).
@@ -78,6 +96,12 @@ pub struct Event {
 }
 
 /// A line of the log: a request, or a line no parser accepts.
+///
+/// ```
+/// use sluicegate_cli::synth::{generate, Config, Entry};
+/// let log = generate(&Config { lines: 100, malformed_per_10k: 10_000, ..Config::default() });
+/// assert!(log.iter().all(|e| matches!(e, Entry::Malformed(_))));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     /// A request.
@@ -123,6 +147,10 @@ const BROWSERS: [&str; 4] = [
 ];
 const SCRAPER_UA: &str = "python-requests/2.31.0";
 /// The scraper's address.
+///
+/// ```
+/// assert_eq!(sluicegate_cli::synth::SCRAPER_IP, "192.0.2.66");
+/// ```
 pub const SCRAPER_IP: &str = "192.0.2.66";
 
 /// The log's entries, in the order they are written.

@@ -28,6 +28,11 @@ pub struct TopKeys {
 
 impl TopKeys {
     /// Counters for at most `capacity` keys (at least 1).
+    ///
+    /// ```
+    /// let mut t = sluicegate_cli::tally::TopKeys::new(8);
+    /// assert!(t.top(1).is_empty() && t.exact());
+    /// ```
     pub fn new(capacity: usize) -> Self {
         TopKeys {
             capacity: capacity.max(1),
@@ -38,6 +43,13 @@ impl TopKeys {
     }
 
     /// Counts one occurrence of `key` (allocates only for a key not held).
+    ///
+    /// ```
+    /// let mut t = sluicegate_cli::tally::TopKeys::new(8);
+    /// t.add("k");
+    /// t.add("k");
+    /// assert_eq!(t.top(1)[0], ("k", 2, 0));
+    /// ```
     pub fn add(&mut self, key: &str) {
         if let Some(&i) = self.index.get(key) {
             self.slots[i].1 += 1;
@@ -62,11 +74,23 @@ impl TopKeys {
     }
 
     /// Whether every count is exact (no key was ever displaced).
+    ///
+    /// ```
+    /// let mut t = sluicegate_cli::tally::TopKeys::new(8);
+    /// t.add("k");
+    /// assert!(t.exact());
+    /// ```
     pub fn exact(&self) -> bool {
         !self.evicted
     }
 
     /// The `n` most counted keys: (key, count, overcount), highest first, ties by key.
+    ///
+    /// ```
+    /// let mut t = sluicegate_cli::tally::TopKeys::new(8);
+    /// for k in ["b", "a", "b"] { t.add(k); }
+    /// assert_eq!(t.top(5), vec![("b", 2, 0), ("a", 1, 0)]);
+    /// ```
     pub fn top(&self, n: usize) -> Vec<(&str, u64, u64)> {
         let mut v: Vec<_> = self.slots.iter().map(|(k, c, e)| (&**k, *c, *e)).collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
@@ -96,6 +120,11 @@ pub struct Series {
 
 impl Series {
     /// A series of at most `buckets` buckets (at least 2).
+    ///
+    /// ```
+    /// let mut s = sluicegate_cli::tally::Series::new(10);
+    /// assert!(s.points().is_empty());
+    /// ```
     pub fn new(buckets: usize) -> Self {
         Series {
             cap: buckets.max(2),
@@ -107,6 +136,13 @@ impl Series {
 
     /// Adds counts at second `sec` (seconds before the first one seen go to the
     /// first bucket).
+    ///
+    /// ```
+    /// let mut s = sluicegate_cli::tally::Series::new(10);
+    /// s.add(100, 3, 2);
+    /// s.add(98, 1, 1); // before the first second: first bucket
+    /// assert_eq!(s.points(), vec![(100, 4, 3)]);
+    /// ```
     pub fn add(&mut self, sec: u64, offered: u64, admitted: u64) {
         let start = *self.start.get_or_insert(sec);
         let mut i = (sec.saturating_sub(start) / self.width) as usize;
@@ -128,11 +164,25 @@ impl Series {
     }
 
     /// The bucket width in seconds.
+    ///
+    /// ```
+    /// let mut s = sluicegate_cli::tally::Series::new(10);
+    /// s.add(0, 1, 1);
+    /// s.add(25, 1, 1);
+    /// assert_eq!(s.width(), 4);
+    /// ```
     pub fn width(&self) -> u64 {
         self.width
     }
 
     /// (bucket start second, offered, admitted) for every bucket.
+    ///
+    /// ```
+    /// let mut s = sluicegate_cli::tally::Series::new(10);
+    /// s.add(7, 1, 0);
+    /// s.add(9, 2, 2);
+    /// assert_eq!(s.points(), vec![(7, 1, 0), (8, 0, 0), (9, 2, 2)]);
+    /// ```
     pub fn points(&self) -> Vec<(u64, u64, u64)> {
         let start = self.start.unwrap_or(0);
         self.data
@@ -173,6 +223,15 @@ impl Default for Peaks {
 
 impl Peaks {
     /// Counts one offered request at second `sec`.
+    ///
+    /// ```
+    /// let mut p = sluicegate_cli::tally::Peaks::default();
+    /// p.add(65, false);
+    /// for _ in 0..3 {
+    ///     p.add(1, true); // 64 s before a second already seen, in its slot: left out
+    /// }
+    /// assert_eq!(p.finish(), (1, 0));
+    /// ```
     pub fn add(&mut self, sec: u64, admitted: bool) {
         let slot = &mut self.ring[(sec % RING as u64) as usize];
         if slot.0 != sec {
@@ -188,6 +247,11 @@ impl Peaks {
     }
 
     /// (peak offered, peak admitted) per second.
+    ///
+    /// ```
+    /// let p = sluicegate_cli::tally::Peaks::default();
+    /// assert_eq!(p.finish(), (0, 0));
+    /// ```
     pub fn finish(&self) -> (u64, u64) {
         self.ring
             .iter()
