@@ -48,6 +48,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let Ok(reload_interval) = Duration::try_from_secs_f64(args.reload_interval) else {
         eprintln!("error: --reload-interval must be a finite, non-negative number of seconds");

@@ -140,6 +140,7 @@ impl Bound {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), std::io::Error> {
+        let (grpc_addr, http_addr) = (self.grpc_addr()?, self.http_addr()?);
         let Bound {
             config,
             shared,
@@ -197,7 +198,8 @@ impl Bound {
                 })
                 .await
         });
-        tracing::info!(grpc = ?config.grpc, http = ?config.http, domains = shared.rules().domain_count(), "serving");
+        // scripts/test-server reads the bound addresses from this line.
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, domains = shared.rules().domain_count(), "serving");
 
         shutdown.await;
         tracing::info!("shutting down: NOT_SERVING, draining requests in flight");
