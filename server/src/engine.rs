@@ -285,6 +285,15 @@ impl Rule {
         }
     }
 
+    /// Live entries evicted from this limit's table because it was full (each
+    /// such value started a fresh window); 0 for limits without a table.
+    pub fn evicted(&self) -> u64 {
+        match &self.limiter {
+            Limiter::Window { table, .. } => table.stats().evicted,
+            Limiter::Unlimited | Limiter::Never { .. } => 0,
+        }
+    }
+
     /// This rule's counters.
     pub fn metrics(&self) -> &RuleMetrics {
         &self.metrics
@@ -448,6 +457,24 @@ mod tests {
             [true, true, false],
             "a new window is a new table"
         );
+    }
+
+    #[test]
+    fn a_full_table_evicts_and_counts_it() {
+        let d = Domain::from_yaml("t.yaml", YAML).unwrap();
+        let rs = RuleSet::build(
+            vec![("t.yaml".into(), d)],
+            None,
+            TableSettings { keys_per_limit: 8 },
+        )
+        .unwrap();
+        let values: Vec<[Entry; 1]> = (0..200).map(|i| [e("ip", &i.to_string())]).collect();
+        for v in &values {
+            assert_eq!(oks(&rs, &[v], 1, 0), [true]);
+        }
+        let ip = rs.rules().find(|r| r.def.full_key == "d.ip").unwrap();
+        assert!(ip.evicted() > 0);
+        assert_eq!(ip.metrics().count(HitResult::Allowed), 200);
     }
 
     #[test]

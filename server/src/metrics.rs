@@ -269,6 +269,22 @@ pub fn render_rule(out: &mut String, rule: &str, shadow: bool, m: &RuleMetrics) 
     }
 }
 
+/// Evictions from each limit's full table.
+pub fn render_evicted<'a>(out: &mut String, rules: impl Iterator<Item = (&'a str, u64)>) {
+    let _ = writeln!(out, "# HELP sluicegate_server_rule_keys_evicted_total Values evicted from a full limit table (each started a fresh window).");
+    let _ = writeln!(
+        out,
+        "# TYPE sluicegate_server_rule_keys_evicted_total counter"
+    );
+    for (rule, n) in rules {
+        let _ = writeln!(
+            out,
+            "sluicegate_server_rule_keys_evicted_total{{rule=\"{}\"}} {n}",
+            escape_label(rule)
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,9 +71,13 @@ impl Shared {
         let rules = self.rules();
         let mut all: Vec<_> = rules.rules().collect();
         all.sort_by(|a, b| a.def.full_key.cmp(&b.def.full_key));
-        for r in all {
+        for r in &all {
             crate::metrics::render_rule(&mut out, &r.def.full_key, r.def.shadow, r.metrics());
         }
+        crate::metrics::render_evicted(
+            &mut out,
+            all.iter().map(|r| (r.def.full_key.as_str(), r.evicted())),
+        );
         out
     }
 }
