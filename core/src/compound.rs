@@ -82,13 +82,8 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
     /// assert!(c.check_at(0).allowed);
     /// ```
     pub fn check_at(&self, now: u64) -> Decision {
-        self.check_n_at(1, now).unwrap_or(Decision {
-            allowed: false,
-            remaining: 0,
-            retry_after_ns: u64::MAX,
-            reset_after_ns: 0,
-            limit: 0,
-        })
+        self.check_n_at(1, now)
+            .unwrap_or_else(|e| Decision::never(e.capacity))
     }
 
     /// Admits `n` units at `now` if every limit allows, charging none otherwise.
@@ -114,12 +109,7 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
     /// assert_eq!(c.peek_n_at(4, 0).unwrap().remaining, 6);
     /// ```
     pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, InsufficientCapacity> {
-        let mut combined = None;
-        for part in &self.parts {
-            let (step, _) = part.run(now, n, false)?;
-            combined = Some(merge(combined, &step.decision));
-        }
-        Ok(combined.unwrap_or_else(no_limits))
+        peek_all(&self.parts, n, now)
     }
 
     /// Changes the quota of limit `index`. An index out of range is a
@@ -159,33 +149,60 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
         now: u64,
         refund_now: impl Fn() -> u64,
     ) -> Result<Decision, InsufficientCapacity> {
-        let peeked = self.peek_n_at(n, now)?;
-        if !peeked.allowed || n == 0 {
-            return Ok(peeked);
-        }
-        // (word before, word after) of each charge so far, on the stack.
-        let mut taken = [(0u64, 0u64); N];
-        let mut combined = None;
-        for (i, part) in self.parts.iter().enumerate() {
-            // `n` fit every part during the peek; a concurrent `set_quota` may have
-            // shrunk one since, which is reported like any other error.
-            let charged = part.run(now, n, true);
-            let step = match charged {
-                Ok((step, _)) if step.decision.allowed => step,
-                other => {
-                    for (earlier, &(prev, next)) in self.parts[..i].iter().zip(&taken[..i]) {
-                        earlier.give_back(n, prev, next, &refund_now);
-                    }
-                    return other.map(|(step, _)| merge(combined, &step.decision));
-                }
-            };
-            if let Ok((_, prev)) = charged {
-                taken[i] = (prev, step.next.unwrap_or(prev));
-            }
-            combined = Some(merge(combined, &step.decision));
-        }
-        Ok(combined.unwrap_or_else(no_limits))
+        charge_all(&self.parts, &mut [(0, 0); N], n, now, refund_now)
     }
+}
+
+/// What charging `n` to every limit in `parts` at `now` would answer, charging
+/// nothing: the binding limit's decision.
+pub(crate) fn peek_all<A: Algorithm>(
+    parts: &[Core<A>],
+    n: u64,
+    now: u64,
+) -> Result<Decision, InsufficientCapacity> {
+    let mut combined = None;
+    for part in parts {
+        let (step, _) = part.run(now, n, false)?;
+        combined = Some(merge(combined, &step.decision));
+    }
+    Ok(combined.unwrap_or_else(no_limits))
+}
+
+/// Charges `n` to every limit in `parts` at `now`, or to none (see the module
+/// docs). `taken` has room for one `(word before, word after)` per part;
+/// `refund_now` is read only if a give-back has to compute one.
+pub(crate) fn charge_all<A: Algorithm>(
+    parts: &[Core<A>],
+    taken: &mut [(u64, u64)],
+    n: u64,
+    now: u64,
+    refund_now: impl Fn() -> u64,
+) -> Result<Decision, InsufficientCapacity> {
+    debug_assert!(taken.len() >= parts.len());
+    let peeked = peek_all(parts, n, now)?;
+    if !peeked.allowed || n == 0 {
+        return Ok(peeked);
+    }
+    let mut combined = None;
+    for (i, part) in parts.iter().enumerate() {
+        // `n` fit every part during the peek; a concurrent `set_quota` may have
+        // shrunk one since, which is reported like any other error.
+        let charged = part.run(now, n, true);
+        let step = match charged {
+            Ok((step, _)) if step.decision.allowed => step,
+            other => {
+                for (earlier, &(prev, next)) in parts[..i].iter().zip(&taken[..i]) {
+                    earlier.give_back(n, prev, next, &refund_now);
+                }
+                return other.map(|(step, _)| merge(combined, &step.decision));
+            }
+        };
+        if let (Ok((_, prev)), Some(slot)) = (charged, taken.get_mut(i)) {
+            *slot = (prev, step.next.unwrap_or(prev));
+        }
+        combined = Some(merge(combined, &step.decision));
+    }
+    Ok(combined.unwrap_or_else(no_limits))
 }
 
 #[inline]
@@ -234,13 +251,8 @@ impl<A: Algorithm, const N: usize, C: Clock> Compound<A, N, C> {
     /// assert!(c.check().allowed);
     /// ```
     pub fn check(&self) -> Decision {
-        self.check_n(1).unwrap_or(Decision {
-            allowed: false,
-            remaining: 0,
-            retry_after_ns: u64::MAX,
-            reset_after_ns: 0,
-            limit: 0,
-        })
+        self.check_n(1)
+            .unwrap_or_else(|e| Decision::never(e.capacity))
     }
 
     /// Admits `n` units now; a give-back reads the clock afresh (see the module docs).

@@ -32,6 +32,26 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The answer to a cost that can never be admitted (it exceeds `limit`, the
+    /// most the limiter admits at once): denied, nothing remaining, never retry.
+    ///
+    /// ```
+    /// # use sluicegate::Decision;
+    /// let d = Decision::never(10);
+    /// assert!(!d.allowed);
+    /// assert_eq!((d.remaining, d.retry_after_ns, d.limit), (0, u64::MAX, 10));
+    /// ```
+    #[inline]
+    pub const fn never(limit: u64) -> Decision {
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after_ns: u64::MAX,
+            reset_after_ns: 0,
+            limit,
+        }
+    }
+
     /// [`Self::retry_after_ns`] as a [`Duration`].
     ///
     /// ```

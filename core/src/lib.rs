@@ -62,12 +62,17 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+#[cfg(feature = "alloc")]
+mod any;
 mod clock;
 pub mod compound;
 mod decision;
+#[cfg(feature = "alloc")]
+mod engine;
 mod error;
 pub mod fixed_window;
 pub mod keyed;
+mod kind;
 pub mod limiter;
 pub mod parse;
 mod quota;
@@ -75,6 +80,7 @@ pub mod shaper;
 #[cfg(feature = "alloc")]
 pub mod sliding_log;
 pub mod sliding_window;
+mod spec;
 pub mod striped;
 mod sync;
 pub mod token_bucket;
@@ -82,6 +88,8 @@ pub mod token_bucket;
 mod wait;
 mod word;
 
+#[cfg(feature = "alloc")]
+pub use any::{AnyLimiter, Outcome};
 pub use clock::{Clock, ManualClock};
 #[cfg(feature = "std")]
 pub use clock::{DefaultClock, QuantaClock, StdClock};
@@ -89,6 +97,7 @@ pub use compound::Compound;
 pub use decision::Decision;
 pub use error::{ConfigError, InsufficientCapacity};
 pub use fixed_window::{Fixed, FixedParams};
+pub use kind::{Caps, Kind, UnknownKind};
 pub use limiter::{Algorithm, Limiter, Step};
 pub use parse::{parse_quota, parse_quotas, ParseError, ParseErrorKind};
 pub use quota::Quota;
@@ -96,6 +105,7 @@ pub use shaper::{Reservation, Shaper, ShaperParams, Shaping};
 #[cfg(feature = "alloc")]
 pub use sliding_log::SlidingLog;
 pub use sliding_window::{Sliding, SlidingParams};
+pub use spec::{Spec, SpecError};
 pub use striped::Striped;
 pub use token_bucket::{Gcra, GcraParams, Leaky};
 #[cfg(feature = "std")]

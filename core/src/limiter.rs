@@ -533,13 +533,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
 #[cold]
 fn over_capacity(e: InsufficientCapacity) -> Decision {
-    Decision {
-        allowed: false,
-        remaining: 0,
-        retry_after_ns: u64::MAX,
-        reset_after_ns: 0,
-        limit: e.capacity,
-    }
+    Decision::never(e.capacity)
 }
 
 /// Generates an algorithm's constructors: `with_clock` (a `const fn`, so a limiter

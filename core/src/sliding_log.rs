@@ -26,6 +26,7 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, InsufficientCapacity};
 use crate::fixed_window::until;
 use crate::quota::Quota;
+use crate::spec::{log_check, log_params, Spec, SpecError};
 use crate::sync::{spin_loop, AtomicU64, Ordering};
 
 /// The exact sliding window log (see the [module docs](self)).
@@ -53,7 +54,7 @@ pub struct SlidingLog<C> {
 
 impl<C> SlidingLog<C> {
     /// The most slots a log may have: 2²⁰ (8 MiB).
-    pub const MAX_CAPACITY: u64 = 1 << 20;
+    pub const MAX_CAPACITY: u64 = Spec::MAX_LOG_CAPACITY;
 
     /// A log for `quota.amount` units per `quota.period`, with exactly that many slots.
     ///
@@ -66,16 +67,8 @@ impl<C> SlidingLog<C> {
     /// );
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        if quota.amount() > Self::MAX_CAPACITY {
-            return Err(ConfigError::TooLarge {
-                field: "limit",
-                max: Self::MAX_CAPACITY,
-            });
-        }
-        if quota.amount() == 0 {
-            return Err(ConfigError::Zero { field: "limit" });
-        }
-        Self::with_capacity(quota, quota.amount(), clock)
+        let capacity = log_params(&quota, None)?;
+        Self::build(quota, capacity, clock)
     }
 
     /// A log with `capacity` slots, so its limit can later be raised up to it.
@@ -87,24 +80,37 @@ impl<C> SlidingLog<C> {
     /// assert!(log.set_quota(&Quota::per_second(11)).is_err());
     /// ```
     pub fn with_capacity(quota: Quota, capacity: u64, clock: C) -> Result<Self, ConfigError> {
-        if capacity > Self::MAX_CAPACITY {
-            return Err(ConfigError::TooLarge {
-                field: "capacity",
-                max: Self::MAX_CAPACITY,
-            });
-        }
-        if capacity == 0 {
-            return Err(ConfigError::Zero { field: "capacity" });
-        }
-        check(&quota, capacity)?;
+        let capacity = log_params(&quota, Some(capacity))?;
+        Self::build(quota, capacity, clock)
+    }
+
+    /// Allocates the ring for a validated quota and capacity.
+    fn build(quota: Quota, capacity: u64, clock: C) -> Result<Self, ConfigError> {
         let ring: Vec<AtomicU64> = (0..capacity).map(|_| AtomicU64::new(0)).collect();
-        Ok(Self {
+        Ok(Self::from_ring(quota, ring, clock))
+    }
+
+    /// The log of a validated sliding-log spec; the ring is allocated fallibly.
+    pub(crate) fn from_spec(spec: &Spec, clock: C) -> Result<Self, SpecError> {
+        // `capacity ≤ MAX_CAPACITY` (validated) fits any `usize` of 32 bits or more.
+        let capacity = spec.log_capacity() as usize;
+        let mut ring = Vec::new();
+        ring.try_reserve_exact(capacity)
+            .map_err(|_| SpecError::Alloc {
+                bytes: capacity.saturating_mul(core::mem::size_of::<AtomicU64>()),
+            })?;
+        ring.extend((0..capacity).map(|_| AtomicU64::new(0)));
+        Ok(Self::from_ring(spec.quotas()[0], ring, clock))
+    }
+
+    fn from_ring(quota: Quota, ring: Vec<AtomicU64>, clock: C) -> Self {
+        Self {
             head: AtomicU64::new(0),
             limit: AtomicU64::new(quota.amount()),
             window_ns: AtomicU64::new(quota.period_ns()),
             ring: ring.into_boxed_slice(),
             clock,
-        })
+        }
     }
 
     /// Number of slots (the memory is `8 × capacity` bytes).
@@ -169,7 +175,7 @@ impl<C> SlidingLog<C> {
     /// assert!(!log.check_at(5_000_000_000).allowed); // both still within the minute
     /// ```
     pub fn set_quota(&self, quota: &Quota) -> Result<(), ConfigError> {
-        check(quota, self.capacity())?;
+        log_check(quota, self.capacity())?;
         self.locked(|s| {
             s.limit.store(quota.amount(), Ordering::Relaxed);
             s.window_ns.store(quota.period_ns(), Ordering::Relaxed);
@@ -307,22 +313,6 @@ impl<C> SlidingLog<C> {
             }
         }
     }
-}
-
-fn check(quota: &Quota, capacity: u64) -> Result<(), ConfigError> {
-    if quota.amount() == 0 {
-        return Err(ConfigError::Zero { field: "limit" });
-    }
-    if quota.period_ns() == 0 {
-        return Err(ConfigError::Zero { field: "window" });
-    }
-    if quota.amount() > capacity {
-        return Err(ConfigError::TooLarge {
-            field: "limit",
-            max: capacity,
-        });
-    }
-    Ok(())
 }
 
 impl<C: Clock> SlidingLog<C> {

@@ -63,8 +63,19 @@ fn stripe_quota(quota: &Quota, i: usize, n: usize) -> Result<Quota, ConfigError>
     Ok(Quota::from_nanos(quota.amount(), period).burst(burst))
 }
 
+/// The parameter words of stripe `i` of `n`.
+pub(crate) fn stripe_words(
+    quota: &Quota,
+    i: usize,
+    n: usize,
+) -> Result<[u64; crate::limiter::PARAM_WORDS], ConfigError> {
+    Ok(Gcra::to_words(&GcraParams::new(&stripe_quota(
+        quota, i, n,
+    )?)?))
+}
+
 /// Validates `quota` for `n` stripes; returns the whole quota's parameters.
-fn whole_params(quota: &Quota, n: usize) -> Result<GcraParams, ConfigError> {
+pub(crate) fn whole_params(quota: &Quota, n: usize) -> Result<GcraParams, ConfigError> {
     let whole = GcraParams::new(quota)?;
     if n == 0 {
         return Err(ConfigError::Zero { field: "stripes" });
@@ -95,7 +106,7 @@ impl<const N: usize, C> Striped<N, C> {
         let whole = whole_params(&quota, N)?;
         let mut words = [[0; crate::limiter::PARAM_WORDS]; N];
         for (i, w) in words.iter_mut().enumerate() {
-            *w = Gcra::to_words(&GcraParams::new(&stripe_quota(&quota, i, N)?)?);
+            *w = stripe_words(&quota, i, N)?;
         }
         Ok(Self {
             stripes: core::array::from_fn(|i| CachePadded::new(Core::from_words(words[i]))),
@@ -117,13 +128,7 @@ impl<const N: usize, C> Striped<N, C> {
     pub fn check_at_stripe(&self, stripe: usize, now: u64) -> Decision {
         match self.check_n_at_stripe(stripe, 1, now) {
             Ok(d) => d,
-            Err(e) => Decision {
-                allowed: false,
-                remaining: 0,
-                retry_after_ns: u64::MAX,
-                reset_after_ns: 0,
-                limit: e.capacity,
-            },
+            Err(e) => Decision::never(e.capacity),
         }
     }
 
@@ -143,83 +148,7 @@ impl<const N: usize, C> Striped<N, C> {
         n: u64,
         now: u64,
     ) -> Result<Decision, InsufficientCapacity> {
-        let whole = self.whole();
-        let burst = whole.burst();
-        if n > burst {
-            return Err(InsufficientCapacity {
-                requested: n,
-                capacity: burst,
-            });
-        }
-        let first = stripe % N;
-        // Own stripe, then each neighbour, whole.
-        for k in 0..N {
-            let s = &self.stripes[(first + k) % N];
-            if let Ok((step, _)) = s.run(now, n, true) {
-                if step.decision.allowed {
-                    return Ok(Decision {
-                        limit: burst,
-                        ..step.decision
-                    });
-                }
-            }
-        }
-        Ok(self.gather(first, n, now, &whole))
-    }
-
-    fn whole(&self) -> GcraParams {
-        GcraParams::from_words(self.whole.load())
-    }
-
-    /// Takes `n` from several stripes, or nothing.
-    fn gather(&self, first: usize, n: u64, now: u64, whole: &GcraParams) -> Decision {
-        let mut taken = [(0u64, 0u64, 0u64); N];
-        let mut need = n;
-        let mut available = 0u64;
-        let mut reset = 0u64;
-        for k in 0..N {
-            let i = (first + k) % N;
-            let s = &self.stripes[i];
-            let Ok((peek, _)) = s.run(now, 0, false) else {
-                continue;
-            };
-            available = available.saturating_add(peek.decision.remaining);
-            reset = reset.max(peek.decision.reset_after_ns);
-            let m = peek.decision.remaining.min(need);
-            if need == 0 || m == 0 {
-                continue;
-            }
-            if let Ok((step, prev)) = s.run(now, m, true) {
-                if step.decision.allowed {
-                    taken[i] = (m, prev, step.next.unwrap_or(prev));
-                    need -= m;
-                }
-            }
-        }
-        if need == 0 {
-            return Decision {
-                allowed: true,
-                remaining: available.saturating_sub(n),
-                retry_after_ns: 0,
-                reset_after_ns: reset.max(n.saturating_mul(whole.emission_interval_ns())),
-                limit: whole.burst(),
-            };
-        }
-        for (s, &(m, prev, next)) in self.stripes.iter().zip(&taken) {
-            if m > 0 {
-                s.give_back(m, prev, next, || now);
-            }
-        }
-        let shortfall = n.saturating_sub(available);
-        Decision {
-            allowed: false,
-            remaining: available,
-            retry_after_ns: shortfall
-                .max(1)
-                .saturating_mul(whole.emission_interval_ns()),
-            reset_after_ns: reset,
-            limit: whole.burst(),
-        }
+        check_stripes::<N>(&self.stripes, &self.whole, stripe, n, now, true)
     }
 
     /// Changes the quota; every stripe's state carries over as in the token bucket.
@@ -232,11 +161,7 @@ impl<const N: usize, C> Striped<N, C> {
     /// assert!(s.set_quota(&Quota::per_second(1)).is_err()); // burst 1 < 2 stripes
     /// ```
     pub fn set_quota(&self, quota: &Quota) -> Result<(), ConfigError> {
-        let whole = whole_params(quota, N)?;
-        for (i, s) in self.stripes.iter().enumerate() {
-            s.set_quota(&stripe_quota(quota, i, N)?)?;
-        }
-        self.whole.update(|_| Ok::<_, ConfigError>(whole.words()))
+        set_stripes_quota(&self.stripes, &self.whole, quota)
     }
 
     /// The clock.
@@ -274,4 +199,126 @@ impl<const N: usize, C: Clock> Striped<N, C> {
     pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         self.check_n_at_stripe(crate::sync::thread_index(), n, self.clock.now())
     }
+}
+
+/// Admits `n` units at `now` from `stripes` all-or-nothing, starting from stripe
+/// `stripe` (modulo the count) and borrowing from the others; with `consume`
+/// false, what that would answer, charging nothing. `whole` holds the whole
+/// quota's parameters; `M`, at least the number of stripes, sizes the record of
+/// what a gather took.
+pub(crate) fn check_stripes<const M: usize>(
+    stripes: &[CachePadded<Core<Gcra>>],
+    whole: &ConfigCell,
+    stripe: usize,
+    n: u64,
+    now: u64,
+    consume: bool,
+) -> Result<Decision, InsufficientCapacity> {
+    debug_assert!(M >= stripes.len());
+    let whole = GcraParams::from_words(whole.load());
+    let burst = whole.burst();
+    if n > burst {
+        return Err(InsufficientCapacity {
+            requested: n,
+            capacity: burst,
+        });
+    }
+    let count = stripes.len().max(1);
+    let first = stripe % count;
+    // Own stripe, then each neighbour, whole.
+    for k in 0..stripes.len() {
+        let s = &stripes[(first + k) % count];
+        if let Ok((step, _)) = s.run(now, n, consume) {
+            if step.decision.allowed {
+                return Ok(Decision {
+                    limit: burst,
+                    ..step.decision
+                });
+            }
+        }
+    }
+    Ok(gather(
+        stripes,
+        first,
+        n,
+        now,
+        consume,
+        &whole,
+        &mut [(0, 0, 0); M],
+    ))
+}
+
+/// Takes `n` from several stripes, or nothing (with `consume` false: whether it
+/// could).
+fn gather(
+    stripes: &[CachePadded<Core<Gcra>>],
+    first: usize,
+    n: u64,
+    now: u64,
+    consume: bool,
+    whole: &GcraParams,
+    taken: &mut [(u64, u64, u64)],
+) -> Decision {
+    let count = stripes.len().min(taken.len());
+    let mut need = n;
+    let mut available = 0u64;
+    let mut reset = 0u64;
+    for k in 0..count {
+        let i = (first + k) % count;
+        let s = &stripes[i];
+        let Ok((peek, _)) = s.run(now, 0, false) else {
+            continue;
+        };
+        available = available.saturating_add(peek.decision.remaining);
+        reset = reset.max(peek.decision.reset_after_ns);
+        let m = peek.decision.remaining.min(need);
+        if need == 0 || m == 0 {
+            continue;
+        }
+        if let Ok((step, prev)) = s.run(now, m, consume) {
+            if step.decision.allowed {
+                taken[i] = (m, prev, step.next.unwrap_or(prev));
+                need -= m;
+            }
+        }
+    }
+    if need == 0 {
+        return Decision {
+            allowed: true,
+            remaining: available.saturating_sub(n),
+            retry_after_ns: 0,
+            reset_after_ns: reset.max(n.saturating_mul(whole.emission_interval_ns())),
+            limit: whole.burst(),
+        };
+    }
+    for (s, &(m, prev, next)) in stripes.iter().zip(taken.iter()) {
+        if m > 0 && consume {
+            s.give_back(m, prev, next, || now);
+        }
+    }
+    let shortfall = n.saturating_sub(available);
+    Decision {
+        allowed: false,
+        remaining: available,
+        retry_after_ns: shortfall
+            .max(1)
+            .saturating_mul(whole.emission_interval_ns()),
+        reset_after_ns: reset,
+        limit: whole.burst(),
+    }
+}
+
+/// Changes the quota of `stripes` (validated for their count first); every
+/// stripe's state carries over as in the token bucket.
+pub(crate) fn set_stripes_quota(
+    stripes: &[CachePadded<Core<Gcra>>],
+    whole: &ConfigCell,
+    quota: &Quota,
+) -> Result<(), ConfigError> {
+    let n = stripes.len();
+    let params = whole_params(quota, n)?;
+    for (i, s) in stripes.iter().enumerate() {
+        s.set_quota(&stripe_quota(quota, i, n)?)?;
+    }
+    whole.update(|_| Ok::<_, ConfigError>(params.words()))
 }

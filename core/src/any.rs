@@ -1,0 +1,397 @@
+//! [`AnyLimiter`]: one handle for a limiter of any [`Kind`] built from a [`Spec`].
+//!
+//! A binding (the C ABI, Python, a policy engine) holds this one type instead of
+//! an enum of its own: one limiter, a compound of up to [`Spec::MAX_LIMITS`] limits
+//! of one kind checked all-or-nothing (the [`crate::Compound`] mechanism over a
+//! slice), or a token bucket split over up to [`Spec::MAX_STRIPES`] stripes (the
+//! [`crate::Striped`] mechanism). Every check answers an [`Outcome`]: the decision
+//! and, for the shaper, how long the admitted request must wait.
+//!
+//! The algorithm behind the handle is reached through one virtual call; the
+//! decision itself is the algorithm's own `decide` in the shared compare-and-swap
+//! loop, exactly as in the concrete limiter.
+
+use alloc::boxed::Box;
+
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::engine::Engine;
+use crate::error::InsufficientCapacity;
+use crate::kind::Kind;
+use crate::quota::Quota;
+use crate::spec::{Spec, SpecError};
+use crate::sync::{spin_loop, AtomicU64, Ordering};
+
+/// What a check answered: the decision, and the shaper's wait.
+///
+/// ```
+/// use sluicegate::{AnyLimiter, Kind, Spec};
+/// let spec = Spec::parse(Kind::Shaper, "10/s burst 1")?.with_max_delay_ns(1_000_000_000)?;
+/// let l = AnyLimiter::with_clock(&spec, ())?;
+/// assert_eq!(l.check_n_at(1, 0)?.delay_ns, 0);
+/// let second = l.check_n_at(1, 0)?;
+/// assert!(second.decision.allowed);
+/// assert_eq!(second.delay_ns, 100_000_000); // wait 100 ms, then proceed
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Outcome {
+    /// The decision.
+    pub decision: Decision,
+    /// The shaper: nanoseconds the admitted request must wait before it runs.
+    /// 0 for every other kind, for a denial and for a peek (nothing was scheduled).
+    pub delay_ns: u64,
+}
+
+impl Outcome {
+    pub(crate) fn plain(decision: Decision) -> Self {
+        Self {
+            decision,
+            delay_ns: 0,
+        }
+    }
+}
+
+/// The current spec of a live limiter: the parts that cannot change, and the
+/// quotas in a seqlock (written only by `set_spec`, which it also serialises).
+#[derive(Debug)]
+struct SpecCell {
+    base: Spec,
+    seq: AtomicU64,
+    /// `(amount, period_ns, burst)` of each quota, then the capacity.
+    words: [AtomicU64; SPEC_WORDS],
+}
+
+const SPEC_WORDS: usize = 3 * Spec::MAX_LIMITS + 1;
+
+impl SpecCell {
+    fn new(spec: &Spec) -> Self {
+        let cell = Self {
+            base: *spec,
+            seq: AtomicU64::new(0),
+            words: core::array::from_fn(|_| AtomicU64::new(0)),
+        };
+        cell.store(spec);
+        cell
+    }
+
+    fn store(&self, spec: &Spec) {
+        for (i, q) in spec.quotas().iter().enumerate() {
+            self.words[3 * i].store(q.amount(), Ordering::Relaxed);
+            self.words[3 * i + 1].store(q.period_ns(), Ordering::Relaxed);
+            self.words[3 * i + 2].store(q.burst_size(), Ordering::Relaxed);
+        }
+        self.words[SPEC_WORDS - 1].store(spec.capacity(), Ordering::Relaxed);
+    }
+
+    fn load(&self) -> Spec {
+        loop {
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 & 1 == 0 {
+                let w: [u64; SPEC_WORDS] =
+                    core::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+                crate::sync::fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == s1 {
+                    let mut quotas = [Quota::from_nanos(0, 0); Spec::MAX_LIMITS];
+                    for (i, q) in quotas.iter_mut().enumerate() {
+                        *q = Quota::from_nanos(w[3 * i], w[3 * i + 1]).burst(w[3 * i + 2]);
+                    }
+                    return self.base.with_checked_quotas(&quotas, w[SPEC_WORDS - 1]);
+                }
+            }
+            spin_loop();
+        }
+    }
+
+    /// Runs `apply` as the one writer, and records `spec` if it succeeds.
+    fn update(
+        &self,
+        spec: &Spec,
+        apply: impl FnOnce() -> Result<(), SpecError>,
+    ) -> Result<(), SpecError> {
+        let s = loop {
+            let s = self.seq.load(Ordering::Relaxed);
+            if s & 1 == 0
+                && self
+                    .seq
+                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break s;
+            }
+            spin_loop();
+        };
+        crate::sync::fence(Ordering::Release);
+        let result = apply();
+        if result.is_ok() {
+            self.store(spec);
+        }
+        self.seq.store(s + 2, Ordering::Release);
+        result
+    }
+}
+
+/// A limiter of any [`Kind`] built from a [`Spec`]: one limit, a compound of
+/// several limits of one kind admitted all-or-nothing, or a striped token bucket.
+///
+/// `C` is the clock of the calls without `_at` (`()`: only the `_at` calls).
+///
+/// ```
+/// use sluicegate::{AnyLimiter, Kind, Spec};
+/// let spec = Spec::parse(Kind::FixedWindow, "2/second; 3/minute")?;
+/// let l = AnyLimiter::with_clock(&spec, ())?;
+/// assert!(l.check_n_at(2, 0)?.decision.allowed);
+/// assert!(!l.check_n_at(1, 0)?.decision.allowed); // the per-second limit
+/// let d = l.check_n_at(2, 1_000_000_000)?.decision;
+/// assert!(!d.allowed && d.limit == 3); // the per-minute limit binds, nothing charged
+/// assert!(l.check_n_at(1, 1_000_000_000)?.decision.allowed);
+/// assert!(l.check_n_at(3, 0).is_err()); // more than 2 at once can never pass
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct AnyLimiter<C> {
+    engine: Box<dyn Engine>,
+    spec: SpecCell,
+    clock: C,
+}
+
+impl<C> AnyLimiter<C> {
+    /// The limiter `spec` describes, reading time from `clock`.
+    ///
+    /// ```
+    /// use sluicegate::{AnyLimiter, Kind, Spec};
+    /// for kind in Kind::ALL {
+    ///     let l = AnyLimiter::with_clock(&Spec::parse(kind, "5/s")?, ())?;
+    ///     assert_eq!(l.kind(), kind);
+    ///     assert_eq!(l.check_n_at(5, 0)?.decision.remaining, 0);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(spec: &Spec, clock: C) -> Result<Self, SpecError> {
+        Ok(Self {
+            engine: spec.kind().engine(spec)?,
+            spec: SpecCell::new(spec),
+            clock,
+        })
+    }
+
+    /// A token bucket `spec` split over `stripes` cache-padded stripes
+    /// (`1 ..= min(Spec::MAX_STRIPES, burst)`), for one limit many threads hit at
+    /// once: each thread checks its own stripe and borrows from the others, so the
+    /// whole quota is exact (see [`crate::Striped`]).
+    ///
+    /// ```
+    /// use sluicegate::{AnyLimiter, Kind, Spec, SpecError};
+    /// let spec = Spec::parse(Kind::TokenBucket, "1000/s burst 8")?;
+    /// let hot = AnyLimiter::striped(&spec, 4, ())?;
+    /// assert!(hot.check_n_at(8, 0)?.decision.allowed); // gathered from every stripe
+    /// assert!(!hot.check_n_at(1, 0)?.decision.allowed);
+    /// assert_eq!(AnyLimiter::striped(&spec, 65, ()).unwrap_err(), SpecError::Stripes { max: 64 });
+    /// let window = Spec::parse(Kind::FixedWindow, "10/s")?;
+    /// assert!(matches!(AnyLimiter::striped(&window, 2, ()), Err(SpecError::Unsupported { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn striped(spec: &Spec, stripes: usize, clock: C) -> Result<Self, SpecError> {
+        let kind = spec.kind();
+        if !kind.caps().striped {
+            return Err(SpecError::Unsupported {
+                kind,
+                what: "stripes",
+            });
+        }
+        let [quota] = spec.quotas() else {
+            return Err(SpecError::Unsupported {
+                kind,
+                what: "stripes over several limits",
+            });
+        };
+        if stripes == 0 || stripes > Spec::MAX_STRIPES {
+            return Err(SpecError::Stripes {
+                max: Spec::MAX_STRIPES,
+            });
+        }
+        Ok(Self {
+            engine: crate::engine::stripes(quota, stripes)?,
+            spec: SpecCell::new(spec),
+            clock,
+        })
+    }
+
+    /// Admits `n` units at `now` all-or-nothing (every limit of a compound, or
+    /// none); `n = 0` is a peek. An `n` above [`Spec::capacity`] can never succeed
+    /// and is an error, not a denial.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::TokenBucket, "10/s")?, ())?;
+    /// assert_eq!(l.check_n_at(7, 0)?.decision.remaining, 3);
+    /// assert!(!l.check_n_at(4, 0)?.decision.allowed);
+    /// assert!(l.check_n_at(11, 0).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n_at(&self, n: u64, now: u64) -> Result<Outcome, InsufficientCapacity> {
+        self.engine.run(None, n, now, true, &|| now)
+    }
+
+    /// What [`Self::check_n_at`] would answer, charging nothing (and scheduling
+    /// nothing: the shaper's `delay_ns` is 0).
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::SlidingLog, "3/s")?, ())?;
+    /// assert_eq!(l.peek_n_at(2, 0)?.decision.remaining, 1);
+    /// assert_eq!(l.check_n_at(3, 0)?.decision.remaining, 0); // the peek took nothing
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Outcome, InsufficientCapacity> {
+        self.engine.run(None, n, now, false, &|| now)
+    }
+
+    /// [`Self::check_n_at`] starting from stripe `stripe` (any number, modulo the
+    /// stripe count) of a striped limiter, for callers that number their own
+    /// workers; other limiters ignore `stripe`.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// let spec = Spec::parse(Kind::TokenBucket, "4/s")?;
+    /// let l = AnyLimiter::striped(&spec, 2, ())?;
+    /// assert!(l.check_n_at_stripe(0, 3, 0)?.decision.allowed); // 2 + 1 borrowed
+    /// assert!(!l.check_n_at_stripe(1, 2, 0)?.decision.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n_at_stripe(
+        &self,
+        stripe: usize,
+        n: u64,
+        now: u64,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        self.engine.run(Some(stripe), n, now, true, &|| now)
+    }
+
+    /// Changes the quotas of a live limiter; the state carries over (each
+    /// algorithm's docs give the rule) and concurrent checks see the old or the
+    /// new quota of each limit. The kind, the number of limits, the shaper's max
+    /// delay, a window's length and the log's capacity cannot change
+    /// ([`SpecError::Immutable`], or [`SpecError::Config`] naming the field); a
+    /// rejected spec changes nothing.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec, SpecError};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::TokenBucket, "1/s")?, ())?;
+    /// assert!(l.check_n_at(1, 0)?.decision.allowed);
+    /// l.set_spec(&Spec::parse(Kind::TokenBucket, "1/s burst 3")?)?;
+    /// assert!(l.check_n_at(2, 0)?.decision.allowed); // the bigger bucket has room now
+    /// let other = Spec::parse(Kind::FixedWindow, "1/s")?;
+    /// assert_eq!(l.set_spec(&other), Err(SpecError::Immutable { field: "kind" }));
+    /// assert_eq!(l.spec(), Spec::parse(Kind::TokenBucket, "1/s burst 3")?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_spec(&self, spec: &Spec) -> Result<(), SpecError> {
+        let base = &self.spec.base;
+        let immutable = |field| Err(SpecError::Immutable { field });
+        if spec.kind() != base.kind() {
+            return immutable("kind");
+        }
+        if spec.quotas().len() != base.quotas().len() {
+            return immutable("number of limits");
+        }
+        if spec.max_delay_ns() != base.max_delay_ns() {
+            return immutable("max delay");
+        }
+        self.spec.update(spec, || self.engine.set_spec(base, spec))
+    }
+
+    /// The current spec (as built, with the quotas of the last `set_spec`).
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// let spec = Spec::parse(Kind::SlidingWindow, "5/s; 100/h")?;
+    /// assert_eq!(AnyLimiter::with_clock(&spec, ())?.spec(), spec);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spec(&self) -> Spec {
+        self.spec.load()
+    }
+
+    /// The algorithm.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::Shaper, "5/s")?, ())?;
+    /// assert_eq!(l.kind(), Kind::Shaper);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn kind(&self) -> Kind {
+        self.spec.base.kind()
+    }
+
+    /// Forgets all consumption of a single limit (any kind but the log) or a
+    /// striped one; a sliding log or several limits cannot be reset at once
+    /// ([`SpecError::Unsupported`]).
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::FixedWindow, "1/s")?, ())?;
+    /// l.check_n_at(1, 0)?;
+    /// l.reset()?;
+    /// assert!(l.check_n_at(1, 0)?.decision.allowed);
+    /// let log = AnyLimiter::with_clock(&Spec::parse(Kind::SlidingLog, "1/s")?, ())?;
+    /// assert!(log.reset().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reset(&self) -> Result<(), SpecError> {
+        self.engine.reset().map_err(|what| SpecError::Unsupported {
+            kind: self.kind(),
+            what,
+        })
+    }
+
+    /// The clock.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Clock, Kind, ManualClock, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::Shaper, "5/s")?, ManualClock::new(3))?;
+    /// assert_eq!(l.clock().now(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C: Clock> AnyLimiter<C> {
+    /// [`Self::check_n_at`] at the clock's time; a compound's give-back reads the
+    /// clock afresh (see [`crate::compound`]).
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, ManualClock, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::TokenBucket, "1/s")?, ManualClock::new(0))?;
+    /// assert!(l.check_n(1)?.decision.allowed);
+    /// assert!(!l.check_n(1)?.decision.allowed);
+    /// l.clock().advance(1_000_000_000);
+    /// assert!(l.check_n(1)?.decision.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n(&self, n: u64) -> Result<Outcome, InsufficientCapacity> {
+        self.engine
+            .run(None, n, self.clock.now(), true, &|| self.clock.now())
+    }
+
+    /// [`Self::peek_n_at`] at the clock's time.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, ManualClock, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::FixedWindow, "2/s")?, ManualClock::new(0))?;
+    /// assert_eq!(l.peek_n(1)?.decision.remaining, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn peek_n(&self, n: u64) -> Result<Outcome, InsufficientCapacity> {
+        let now = self.clock.now();
+        self.engine.run(None, n, now, false, &|| now)
+    }
+}

@@ -1,0 +1,243 @@
+//! The factory: a rule's [`Spec`] and backend → the limiter that holds its state.
+//!
+//! Local rules are built here: a keyed table for a keyed rule, one [`AnyLimiter`]
+//! for a keyless one, striped when the rule asks for stripes. Rules on `redis` or
+//! `hybrid` are built by a [`RemoteFactory`] the application hands to
+//! [`crate::PolicyBuilder::remote`] (the Redis tier implements it); the policy
+//! applies the rule's `on_error` when that limiter reports a failure.
+
+use std::fmt;
+use std::hash::Hash;
+
+use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Spec, SpecError};
+
+use crate::def::{Backend, OnError, RedisSettings, RuleDef};
+use crate::table::KeyedTable;
+
+/// A shared backend's failure (connection lost, timeout, open breaker): the
+/// rule's `on_error` decides instead.
+///
+/// ```
+/// use sluicegate_policy::BackendError;
+/// let e = BackendError("timed out after 25 ms".into());
+/// assert_eq!(e.to_string(), "backend error: timed out after 25 ms");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendError(pub String);
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "backend error: {}", self.0)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// One rule's limiter on a shared backend (Redis, hybrid): the seam the Redis tier
+/// implements.
+///
+/// `key` is the rule's key as text, the same in every process (the `key`
+/// attributes' values joined by `|`; empty for a keyless rule). `consume = false`
+/// is a peek (what a check of `n` would answer, charging nothing).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use sluicegate::{Decision, Outcome, Spec};
+/// use sluicegate_policy::{BackendError, RemoteLimiter};
+/// /// Admits the first `limit` units ever, per process (a toy).
+/// struct Counter { used: AtomicU64, limit: u64 }
+/// impl RemoteLimiter for Counter {
+///     fn check_n(&self, _key: &str, n: u64, consume: bool) -> Result<Outcome, BackendError> {
+///         let used = self.used.load(Ordering::SeqCst);
+///         let allowed = used + n <= self.limit;
+///         if allowed && consume { self.used.fetch_add(n, Ordering::SeqCst); }
+///         let left = self.limit - used - if allowed && consume { n } else { 0 };
+///         let decision = Decision { allowed, remaining: left, retry_after_ns: 0, reset_after_ns: 0, limit: self.limit };
+///         Ok(Outcome { decision, delay_ns: 0 })
+///     }
+///     fn set_spec(&self, _spec: &Spec) -> Result<(), BackendError> {
+///         Err(BackendError("rebuild me".into()))
+///     }
+/// }
+/// let c = Counter { used: AtomicU64::new(0), limit: 1 };
+/// assert!(c.check_n("", 1, true)?.decision.allowed);
+/// assert!(!c.check_n("", 1, true)?.decision.allowed);
+/// # Ok::<(), BackendError>(())
+/// ```
+pub trait RemoteLimiter: Send + Sync {
+    /// Checks (or peeks at) `n` units for `key`.
+    fn check_n(&self, key: &str, n: u64, consume: bool) -> Result<Outcome, BackendError>;
+    /// New quotas on reload, state kept; an error makes the policy build the rule
+    /// anew with [`RemoteFactory::build`].
+    fn set_spec(&self, spec: &Spec) -> Result<(), BackendError>;
+}
+
+/// Builds the limiters of `redis` and `hybrid` rules from the rule and the
+/// policy's `[redis]` table.
+///
+/// ```
+/// use sluicegate::{AnyLimiter, Outcome, Spec};
+/// use sluicegate_policy::{BackendError, Policy, RedisSettings, RemoteFactory, RemoteLimiter, RuleDef};
+/// /// Runs "remote" rules in this process (e.g. for tests without Redis).
+/// struct InProcess;
+/// struct One(AnyLimiter<()>);
+/// impl RemoteLimiter for One {
+///     fn check_n(&self, _key: &str, n: u64, consume: bool) -> Result<Outcome, BackendError> {
+///         let r = if consume { self.0.check_n_at(n, 0) } else { self.0.peek_n_at(n, 0) };
+///         r.map_err(|e| BackendError(e.to_string()))
+///     }
+///     fn set_spec(&self, spec: &Spec) -> Result<(), BackendError> {
+///         self.0.set_spec(spec).map_err(|e| BackendError(e.to_string()))
+///     }
+/// }
+/// impl RemoteFactory for InProcess {
+///     fn build(&self, rule: &RuleDef, _redis: &RedisSettings) -> Result<Box<dyn RemoteLimiter>, BackendError> {
+///         let l = AnyLimiter::with_clock(rule.spec(), ()).map_err(|e| BackendError(e.to_string()))?;
+///         Ok(Box::new(One(l)))
+///     }
+/// }
+/// let text = "[redis]\nurl = \"redis://127.0.0.1\"\n[[rule]]\nname = \"r\"\nlimit = \"1/minute\"\nbackend = \"redis\"\n";
+/// let policy = Policy::builder().remote(InProcess).from_toml(text)?;
+/// assert!(policy.check_n_at(&[("ip", "1")], 1, 0).allowed());
+/// assert!(!policy.check_n_at(&[("ip", "2")], 1, 0).allowed());
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+pub trait RemoteFactory: Send + Sync {
+    /// The limiter of `rule` (whose backend is `redis` or `hybrid`).
+    fn build(
+        &self,
+        rule: &RuleDef,
+        redis: &RedisSettings,
+    ) -> Result<Box<dyn RemoteLimiter>, BackendError>;
+}
+
+/// Where one rule's state lives.
+pub(crate) enum Limiter {
+    One(AnyLimiter<()>),
+    Keyed(KeyedTable),
+    Remote {
+        remote: Box<dyn RemoteLimiter>,
+        on_error: OnError,
+        /// `on_error = "local"`: the rule's limit, decided in this process alone.
+        local: Option<Box<Limiter>>,
+        /// The rule's capacity, for the decisions `on_error` makes.
+        limit: u64,
+    },
+}
+
+/// What a check of one rule answered.
+pub(crate) enum Answer {
+    Decided(Outcome),
+    /// The shared backend failed and `on_error` decided.
+    Fallback(Outcome),
+}
+
+impl Limiter {
+    /// The local limiter for `rule` (its backend ignored).
+    pub(crate) fn local(rule: &RuleDef) -> Result<Limiter, SpecError> {
+        let spec = rule.spec();
+        Ok(if !rule.key().is_empty() {
+            Limiter::Keyed(KeyedTable::new(spec, rule.capacity())?)
+        } else if rule.stripes() > 1 {
+            Limiter::One(AnyLimiter::striped(spec, rule.stripes(), ())?)
+        } else {
+            Limiter::One(AnyLimiter::with_clock(spec, ())?)
+        })
+    }
+
+    pub(crate) fn build(
+        rule: &RuleDef,
+        redis: Option<&RedisSettings>,
+        remote: Option<&dyn RemoteFactory>,
+    ) -> Result<Limiter, String> {
+        if rule.backend() == Backend::Local {
+            return Limiter::local(rule).map_err(|e| e.to_string());
+        }
+        let (Some(factory), Some(redis)) = (remote, redis) else {
+            return Err(format!(
+                "backend `{}` needs a Redis factory: build the policy with PolicyBuilder::remote",
+                rule.backend()
+            ));
+        };
+        let remote = factory.build(rule, redis).map_err(|e| e.0)?;
+        let local = match rule.on_error() {
+            OnError::Local => Some(Box::new(Limiter::local(rule).map_err(|e| e.to_string())?)),
+            _ => None,
+        };
+        Ok(Limiter::Remote {
+            remote,
+            on_error: rule.on_error(),
+            local,
+            limit: rule.spec().capacity(),
+        })
+    }
+
+    /// Checks (`consume`) or peeks at `n` units for the key `key` (local) or
+    /// `text_key()` (shared).
+    pub(crate) fn run<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        text_key: impl FnOnce() -> String,
+        n: u64,
+        now: u64,
+        consume: bool,
+    ) -> Result<Answer, InsufficientCapacity> {
+        match self {
+            Limiter::One(l) if consume => l.check_n_at(n, now).map(Answer::Decided),
+            Limiter::One(l) => l.peek_n_at(n, now).map(Answer::Decided),
+            Limiter::Keyed(t) => t.check_n_at(key, n, now, consume).map(Answer::Decided),
+            Limiter::Remote {
+                remote,
+                on_error,
+                local,
+                limit,
+            } => match remote.check_n(&text_key(), n, consume) {
+                Ok(o) => Ok(Answer::Decided(o)),
+                Err(_) => {
+                    let limit = *limit;
+                    let d = |allowed| sluicegate::Decision {
+                        allowed,
+                        remaining: 0,
+                        retry_after_ns: if allowed { 0 } else { 1_000_000_000 },
+                        reset_after_ns: 0,
+                        limit,
+                    };
+                    let plain = |decision| Outcome {
+                        decision,
+                        delay_ns: 0,
+                    };
+                    match (on_error, local) {
+                        (OnError::Open, _) => Ok(Answer::Fallback(plain(d(true)))),
+                        (OnError::Local, Some(l)) => {
+                            match l.run(key, String::new, n, now, consume)? {
+                                Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
+                            }
+                        }
+                        _ => Ok(Answer::Fallback(plain(d(false)))),
+                    }
+                }
+            },
+        }
+    }
+
+    /// New quotas, state kept; `Err` when the limiter cannot take them.
+    pub(crate) fn set_spec(&self, spec: &Spec) -> Result<(), String> {
+        match self {
+            Limiter::One(l) => l.set_spec(spec).map_err(|e| e.to_string()),
+            Limiter::Keyed(t) => t.set_spec(spec).map_err(|e| e.to_string()),
+            Limiter::Remote { remote, local, .. } => {
+                remote.set_spec(spec).map_err(|e| e.0)?;
+                local.as_ref().map_or(Ok(()), |l| l.set_spec(spec))
+            }
+        }
+    }
+
+    /// Keys holding state, evictions, new keys turned away (keyed rules).
+    pub(crate) fn table_stats(&self, now: u64) -> (u64, u64, u64) {
+        match self {
+            Limiter::Keyed(t) => (t.len_at(now) as u64, t.evictions(), t.rejected()),
+            Limiter::Remote { local: Some(l), .. } => l.table_stats(now),
+            _ => (0, 0, 0),
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! What a policy check answers: the verdict, and per matching rule what the HTTP
+//! integrations put in `RateLimit`, `RateLimit-Policy` and `Retry-After`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use sluicegate::Outcome;
+
+use crate::def::Mode;
+use crate::policy::Compiled;
+
+/// One matching rule's answer, in file order.
+///
+/// ```
+/// use sluicegate_policy::{Mode, Policy};
+/// let p = Policy::from_toml("[[rule]]\nname = \"g\"\nlimit = \"10/minute\"\n")?;
+/// let d = p.check_n_at(&[("path", "/")], 3, 0);
+/// let r = d.rules().next().unwrap();
+/// assert_eq!((r.name, r.mode, r.allowed, r.remaining, r.limit), ("g", Mode::Enforce, true, 7, 10));
+/// assert_eq!(r.window_ns, 60_000_000_000);
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleDecision<'a> {
+    /// The rule's name.
+    pub name: &'a str,
+    /// Enforce or shadow.
+    pub mode: Mode,
+    /// Whether this rule admitted the request (a shadow rule's `false` denied nothing).
+    pub allowed: bool,
+    /// Units this rule could still admit now (for this rule's key).
+    pub remaining: u64,
+    /// The binding limit: the most units the rule admits at once.
+    pub limit: u64,
+    /// The window of the binding limit, for `RateLimit-Policy`'s `w`.
+    pub window_ns: u64,
+    /// Nanoseconds until a request of the same cost would pass this rule; 0 when allowed.
+    pub retry_after_ns: u64,
+    /// Nanoseconds until this rule's limiter is back to full.
+    pub reset_after_ns: u64,
+    /// The shaper's wait before the request may run; 0 otherwise.
+    pub delay_ns: u64,
+    /// The shared backend failed and the rule's `on_error` decided.
+    pub backend_error: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Item {
+    pub rule: u32,
+    pub outcome: Outcome,
+    pub backend_error: bool,
+}
+
+/// The answer of [`crate::Policy::check`]: admitted only if every enforcing rule
+/// that matched admitted it.
+///
+/// A `Decision` can be reused with [`crate::Policy::check_n_at_into`], so a
+/// server's check allocates nothing once its buffer has grown.
+///
+/// ```
+/// use sluicegate_policy::Policy;
+/// let p = Policy::from_toml("[[rule]]\nname = \"login\"\nlimit = \"1/minute\"\nkey = [\"ip\"]\n")?;
+/// let req = [("ip", "192.0.2.7")];
+/// assert!(p.check_n_at(&req, 1, 0).allowed());
+/// let d = p.check_n_at(&req, 1, 0);
+/// assert!(!d.allowed());
+/// assert_eq!(d.retry_after_ns(), 60_000_000_000);
+/// assert_eq!(d.retry_after_secs(), 60);
+/// assert_eq!(d.ratelimit_policy_header(), r#""login";q=1;w=60"#);
+/// assert_eq!(d.ratelimit_header(), r#""login";r=0;t=60"#);
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Decision {
+    pub(crate) snapshot: Option<Arc<Compiled>>,
+    pub(crate) items: Vec<Item>,
+    pub(crate) allowed: bool,
+}
+
+impl Decision {
+    /// An empty decision (admitted, no rule), to pass to
+    /// [`crate::Policy::check_n_at_into`].
+    ///
+    /// ```
+    /// # use sluicegate_policy::Decision;
+    /// let d = Decision::new();
+    /// assert!(d.allowed());
+    /// assert_eq!(d.rules().count(), 0);
+    /// ```
+    pub fn new() -> Decision {
+        Decision {
+            snapshot: None,
+            items: Vec::new(),
+            allowed: true,
+        }
+    }
+
+    /// Whether the request is admitted.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?; // no rule: everything passes
+    /// assert!(p.check_n_at(&[("ip", "::1")], 1, 0).allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Every matching rule's answer, enforcing and shadow, in file order.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Mode, Policy};
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\nmode = \"shadow\"\n")?;
+    /// let d = p.check_n_at(&[("x", "y")], 1, 0);
+    /// let names: Vec<&str> = d.rules().map(|r| r.name).collect();
+    /// assert_eq!(names, ["a", "b"]);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn rules(&self) -> impl Iterator<Item = RuleDecision<'_>> + '_ {
+        self.items.iter().filter_map(move |it| {
+            let rule = self.snapshot.as_ref()?.rules.get(it.rule as usize)?;
+            let d = it.outcome.decision;
+            let quotas = rule.def.spec().quotas();
+            let window_ns = quotas
+                .iter()
+                .find(|q| q.burst_size() == d.limit || q.amount() == d.limit)
+                .or(quotas.first())
+                .map_or(0, |q| q.period_ns());
+            Some(RuleDecision {
+                name: rule.def.name(),
+                mode: rule.def.mode(),
+                allowed: d.allowed,
+                remaining: d.remaining,
+                limit: d.limit,
+                window_ns,
+                retry_after_ns: d.retry_after_ns,
+                reset_after_ns: d.reset_after_ns,
+                delay_ns: it.outcome.delay_ns,
+                backend_error: it.backend_error,
+            })
+        })
+    }
+
+    /// Enforcing rules that denied the request.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// p.check_n_at(&[("x", "y")], 1, 0);
+    /// assert_eq!(p.check_n_at(&[("x", "y")], 1, 0).denying().next().unwrap().name, "a");
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn denying(&self) -> impl Iterator<Item = RuleDecision<'_>> + '_ {
+        self.rules()
+            .filter(|r| r.mode == Mode::Enforce && !r.allowed)
+    }
+
+    /// Nanoseconds until a retry could pass every denying rule (the longest of
+    /// their waits); 0 when admitted.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/s\"\n")?;
+    /// assert_eq!(p.check_n_at(&[("k", "v")], 2, 0).retry_after_ns(), 0);
+    /// assert_eq!(p.check_n_at(&[("k", "v")], 1, 0).retry_after_ns(), 500_000_000);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn retry_after_ns(&self) -> u64 {
+        self.denying().map(|r| r.retry_after_ns).max().unwrap_or(0)
+    }
+
+    /// [`Self::retry_after_ns`] in whole seconds rounded up, for `Retry-After`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/s\"\n")?;
+    /// p.check_n_at(&[("k", "v")], 2, 0);
+    /// assert_eq!(p.check_n_at(&[("k", "v")], 1, 0).retry_after_secs(), 1);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after_ns().div_ceil(1_000_000_000)
+    }
+
+    /// The longest shaper wait among the enforcing rules (0 without shapers).
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"s\"\nlimit = \"10/s burst 1\"\nalgorithm = \"shaper\"\nmax_delay_ms = 1000\n")?;
+    /// assert_eq!(p.check_n_at(&[("k", "v")], 1, 0).delay_ns(), 0);
+    /// assert_eq!(p.check_n_at(&[("k", "v")], 1, 0).delay_ns(), 100_000_000);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn delay_ns(&self) -> u64 {
+        self.rules()
+            .filter(|r| r.mode == Mode::Enforce)
+            .map(|r| r.delay_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The `RateLimit-Policy` field (IETF httpapi draft): one item per enforcing
+    /// rule, `"name";q=<limit>;w=<window seconds>`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"100/minute\"\n[[rule]]\nname = \"b\"\nlimit = \"5/s\"\n")?;
+    /// assert_eq!(p.check_n_at(&[("k", "v")], 1, 0).ratelimit_policy_header(), r#""a";q=100;w=60, "b";q=5;w=1"#);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn ratelimit_policy_header(&self) -> String {
+        self.header(|out, r| {
+            let w = r.window_ns.div_ceil(1_000_000_000).max(1);
+            let _ = write!(out, ";q={};w={w}", r.limit);
+        })
+    }
+
+    /// The `RateLimit` field (IETF httpapi draft): one item per enforcing rule,
+    /// `"name";r=<remaining>;t=<seconds until the rule is full again>`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/s\"\n")?;
+    /// assert_eq!(p.check_n_at(&[("k", "v")], 1, 0).ratelimit_header(), r#""a";r=1;t=1"#);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn ratelimit_header(&self) -> String {
+        self.header(|out, r| {
+            let t = if r.allowed {
+                r.reset_after_ns
+            } else {
+                r.retry_after_ns.max(r.reset_after_ns)
+            };
+            let t = t.div_ceil(1_000_000_000);
+            let _ = write!(out, ";r={};t={t}", r.remaining);
+        })
+    }
+
+    fn header(&self, params: impl Fn(&mut String, &RuleDecision<'_>)) -> String {
+        let mut out = String::new();
+        for r in self.rules().filter(|r| r.mode == Mode::Enforce) {
+            if !out.is_empty() {
+                out.push_str(", ");
+            }
+            out.push('"');
+            for c in r.name.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+            params(&mut out, &r);
+        }
+        out
+    }
+}

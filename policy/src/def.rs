@@ -1,0 +1,343 @@
+//! The validated rule file: what each rule matches, keys on and limits.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sluicegate::{Kind, Spec};
+
+use crate::attrs::{AttrName, Attrs};
+use crate::cond::Cond;
+use crate::diag::{Diagnostic, Error};
+
+macro_rules! names {
+    ($(#[$m:meta])* $ty:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? } $what:literal) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $ty { $($(#[$vm])* $v),+ }
+        impl $ty {
+            /// Every value, in the order the file format lists them.
+            pub const ALL: &'static [$ty] = &[$($ty::$v),+];
+            /// The name used in rule files.
+            pub const fn name(self) -> &'static str {
+                match self { $($ty::$v => $s),+ }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
+        }
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                $ty::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
+                    let all: Vec<&str> = $ty::ALL.iter().map(|v| v.name()).collect();
+                    format!("unknown {} `{s}`; expected one of {}", $what, all.join(", "))
+                })
+            }
+        }
+    };
+}
+
+names! {
+    /// Where a rule's state lives (`backend = ...`).
+    ///
+    /// ```
+    /// use sluicegate_policy::Backend;
+    /// assert_eq!("hybrid".parse::<Backend>(), Ok(Backend::Hybrid));
+    /// assert!("memcached".parse::<Backend>().unwrap_err().contains("local, redis, hybrid"));
+    /// ```
+    Backend {
+        /// In this process: a keyed table, one limiter, or a striped one.
+        Local = "local",
+        /// In Redis, shared by every process (needs `[redis]`).
+        Redis = "redis",
+        /// A local limiter in front, leases from Redis (needs `[redis]`).
+        Hybrid = "hybrid",
+    } "backend"
+}
+
+names! {
+    /// What a Redis-backed rule answers while Redis fails (`on_error = ...`).
+    ///
+    /// ```
+    /// use sluicegate_policy::OnError;
+    /// assert_eq!(OnError::Local.to_string(), "local");
+    /// assert_eq!("closed".parse::<OnError>(), Ok(OnError::Closed));
+    /// ```
+    OnError {
+        /// Admit (availability over the limit).
+        Open = "open",
+        /// Deny (the limit over availability).
+        Closed = "closed",
+        /// Decide with the rule's limit in this process alone.
+        Local = "local",
+    } "on_error"
+}
+
+names! {
+    /// Whether a rule may deny (`mode = ...`).
+    ///
+    /// ```
+    /// use sluicegate_policy::Mode;
+    /// assert_eq!("shadow".parse::<Mode>(), Ok(Mode::Shadow));
+    /// assert_eq!(Mode::ALL.len(), 2);
+    /// ```
+    Mode {
+        /// Denials deny the request.
+        Enforce = "enforce",
+        /// Evaluated and counted, never denies, never blocks the others.
+        Shadow = "shadow",
+    } "mode"
+}
+
+/// The `[redis]` table.
+///
+/// ```
+/// use sluicegate_policy::PolicyDef;
+/// let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n";
+/// let def = PolicyDef::parse(text, None)?;
+/// assert_eq!(def.redis().unwrap().url, "redis://127.0.0.1:6379");
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// `redis://`, `rediss://` or `unix://` URL.
+    pub url: String,
+    /// Prefix of every Redis key of this policy (default `sluicegate:`).
+    pub prefix: String,
+}
+
+/// One validated rule.
+///
+/// ```
+/// use sluicegate_policy::{Mode, PolicyDef};
+/// let def = PolicyDef::parse("[[rule]]\nname = \"login\"\nlimit = \"5/minute\"\nkey = [\"ip\"]\nmode = \"shadow\"\n", None)?;
+/// let r = &def.rules()[0];
+/// assert_eq!((r.name(), r.mode(), r.line()), ("login", Mode::Shadow, 2));
+/// assert_eq!(r.key()[0].as_str(), "ip");
+/// assert_eq!(r.spec().capacity(), 5);
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RuleDef {
+    pub(crate) name: String,
+    pub(crate) line: usize,
+    pub(crate) matches: Vec<(AttrName, Cond)>,
+    pub(crate) key: Vec<AttrName>,
+    pub(crate) limit: String,
+    pub(crate) spec: Spec,
+    pub(crate) backend: Backend,
+    pub(crate) on_error: OnError,
+    pub(crate) mode: Mode,
+    pub(crate) capacity: usize,
+    pub(crate) stripes: usize,
+}
+
+impl RuleDef {
+    /// The rule's name (unique in its file).
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].name(), "g");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The line of the rule's `name`.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("\n[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].line(), 3);
+    /// ```
+    pub fn line(&self) -> usize {
+        self.line
+    }
+    /// The `key` attributes (empty: one limiter for every matching request).
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert!(def.rules()[0].key().is_empty());
+    /// ```
+    pub fn key(&self) -> &[AttrName] {
+        &self.key
+    }
+    /// The `limit` string as written.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].limit(), "1/s");
+    /// ```
+    pub fn limit(&self) -> &str {
+        &self.limit
+    }
+    /// The validated algorithm and quotas.
+    ///
+    /// ```
+    /// # use sluicegate::Kind;
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].spec().kind(), Kind::TokenBucket);
+    /// ```
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+    /// Where the state lives.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Backend;
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].backend(), Backend::Local);
+    /// ```
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+    /// What a Redis-backed rule does when Redis fails.
+    ///
+    /// ```
+    /// # use sluicegate_policy::OnError;
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].on_error(), OnError::Local);
+    /// ```
+    pub fn on_error(&self) -> OnError {
+        self.on_error
+    }
+    /// Enforce or shadow.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Mode;
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].mode(), Mode::Enforce);
+    /// ```
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// Keys in the rule's local table (keyed rules).
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].capacity(), 100_000);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+    /// Stripes of a keyless hot rule (1: not striped).
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1000/s\"\nstripes = 4\n", None).unwrap();
+    /// assert_eq!(def.rules()[0].stripes(), 4);
+    /// ```
+    pub fn stripes(&self) -> usize {
+        self.stripes
+    }
+    /// Whether a request with these attributes matches the rule.
+    ///
+    /// ```
+    /// let text = "[[rule]]\nname = \"api\"\nlimit = \"1/s\"\nmatch = { path = \"/api/*\", method = [\"GET\", \"POST\"] }\n";
+    /// let def = sluicegate_policy::PolicyDef::parse(text, None)?;
+    /// let r = &def.rules()[0];
+    /// assert!(r.matches(&[("path", "/api/users"), ("method", "GET")]));
+    /// assert!(!r.matches(&[("path", "/api/users"), ("method", "PUT")]));
+    /// assert!(!r.matches(&[("path", "/login"), ("method", "GET")]));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn matches<A: Attrs + ?Sized>(&self, attrs: &A) -> bool {
+        self.matches
+            .iter()
+            .all(|(name, cond)| cond.matches(attrs.get(name.as_str())))
+    }
+
+    /// Same state-defining settings: a reload keeps such a rule's limiter as it is.
+    pub(crate) fn same_limiter(&self, o: &RuleDef) -> bool {
+        self.key == o.key
+            && self.spec == o.spec
+            && self.backend == o.backend
+            && self.capacity == o.capacity
+            && self.stripes == o.stripes
+    }
+}
+
+/// A whole rule file, validated: its rules in file order, `[redis]`, and the
+/// warnings found.
+///
+/// ```
+/// use sluicegate_policy::{Code, PolicyDef};
+/// let text = r#"
+/// [[rule]]
+/// name = "a"
+/// limit = "5/s"
+/// [[rule]]
+/// name = "b"
+/// limit = "5/s"
+/// "#;
+/// let def = PolicyDef::parse(text, Some("rules.toml"))?;
+/// assert_eq!(def.rules().len(), 2);
+/// let w = &def.warnings()[0];
+/// assert_eq!((w.code, w.line, w.file.as_str()), (Code::Shadowed, 6, "rules.toml"));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct PolicyDef {
+    pub(crate) rules: Vec<RuleDef>,
+    pub(crate) redis: Option<RedisSettings>,
+    pub(crate) ipv6_prefix: u8,
+    pub(crate) warnings: Vec<Diagnostic>,
+}
+
+impl PolicyDef {
+    /// Reads and validates rule-file text; `file` names it in diagnostics.
+    /// Every error is reported, each with its line, column and rule.
+    ///
+    /// ```
+    /// use sluicegate_policy::{Code, PolicyDef};
+    /// let err = PolicyDef::parse("[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nkey = [\"IP\"]\n", None).unwrap_err();
+    /// let d = &err.diagnostics()[0];
+    /// assert_eq!((d.code, d.line, d.column), (Code::BadAttribute, 4, 8));
+    /// ```
+    pub fn parse(text: &str, file: Option<&str>) -> Result<PolicyDef, Error> {
+        crate::validate::parse(text, file.unwrap_or("<policy>"))
+    }
+
+    /// The rules, in file order.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("", None).unwrap();
+    /// assert!(def.rules().is_empty());
+    /// ```
+    pub fn rules(&self) -> &[RuleDef] {
+        &self.rules
+    }
+
+    /// The `[redis]` table, if any.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("", None).unwrap();
+    /// assert!(def.redis().is_none());
+    /// ```
+    pub fn redis(&self) -> Option<&RedisSettings> {
+        self.redis.as_ref()
+    }
+
+    /// The prefix length IPv6 addresses are grouped by in keys (`[defaults]
+    /// ipv6_prefix`, 64 unless set): one client usually holds a whole /64.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[defaults]\nipv6_prefix = 56\n", None).unwrap();
+    /// assert_eq!(def.ipv6_prefix(), 56);
+    /// ```
+    pub fn ipv6_prefix(&self) -> u8 {
+        self.ipv6_prefix
+    }
+
+    /// Warnings: rules that never match, rules identical to an earlier one.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\nmatch = { method = [] }\n", None).unwrap();
+    /// assert_eq!(def.warnings()[0].code, sluicegate_policy::Code::NeverMatches);
+    /// ```
+    pub fn warnings(&self) -> &[Diagnostic] {
+        &self.warnings
+    }
+}
+
+/// The default algorithm when neither the rule nor `[defaults]` names one.
+pub(crate) const DEFAULT_KIND: Kind = Kind::TokenBucket;
+/// Keys per rule in the local keyed table unless set.
+pub(crate) const DEFAULT_CAPACITY: usize = 100_000;

@@ -1,0 +1,66 @@
+//! # sluicegate-policy
+//!
+//! Rate-limit policies: the rules of a whole service in one TOML file — a login
+//! endpoint at 5 per minute per IP, an API at 20 per second and 1,000 per hour per
+//! API key, a tenant at its contracted quota, the service under a global ceiling —
+//! validated with errors that name the line and column, checked all-or-nothing
+//! across rules, with shadow rules, hot reload and Prometheus metrics.
+//!
+//! * [`Policy::from_toml`] / [`Policy::from_path`] validate and build;
+//!   [`PolicyDef::parse`] only validates (for linters).
+//! * [`Policy::check`] / [`Policy::check_n_at`] take any [`Attrs`] (e.g. a slice
+//!   of `(&str, &str)`): no attribute value is copied. The [`Decision`] carries
+//!   each matching rule's answer and the `RateLimit`/`RateLimit-Policy` fields.
+//! * [`Policy::reload_from_toml`], [`Watcher`]: hot reload keeping state.
+//! * [`Policy::metrics_text`]: Prometheus text.
+//! * [`RemoteFactory`]: the seam for `redis` and `hybrid` rules.
+//!
+//! ```
+//! use sluicegate_policy::Policy;
+//! let policy = Policy::from_toml(r#"
+//! [[rule]]
+//! name = "api-per-key"
+//! match = { path = "/api/*", "header:x-api-key" = "*" }
+//! key = ["header:x-api-key"]
+//! limit = "2/second; 1000/hour"
+//!
+//! [[rule]]
+//! name = "new-limit"
+//! match = { path = "/api/*" }
+//! limit = "1/second"
+//! mode = "shadow"
+//! "#)?;
+//! let req = [("path", "/api/users"), ("header:x-api-key", "k1")];
+//! assert!(policy.check_n_at(&req, 1, 0).allowed());
+//! let second = policy.check_n_at(&req, 1, 0);
+//! assert!(second.allowed()); // the shadow rule would deny, but only counts
+//! assert_eq!(policy.metrics_at(0)[1].shadow_denied, 1);
+//! assert!(!policy.check_n_at(&req, 1, 0).allowed());
+//! # Ok::<(), sluicegate_policy::Error>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod attrs;
+mod backend;
+mod cond;
+mod decision;
+mod def;
+mod diag;
+mod key;
+mod metrics;
+mod policy;
+mod raw;
+mod reload;
+mod table;
+mod validate;
+
+pub use attrs::{AttrName, Attrs};
+pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
+pub use decision::{Decision, RuleDecision};
+pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef};
+pub use diag::{Code, Diagnostic, Error, Severity};
+pub use metrics::RuleStats;
+pub use policy::{Policy, PolicyBuilder};
+pub use reload::{Reloaded, Watcher};

@@ -1,0 +1,230 @@
+//! Per-rule counters (lock-free on the check path) and their Prometheus text.
+
+use std::fmt::{self, Write as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One rule's counters. They live as long as a rule of that name does: a reload
+/// that keeps the name keeps the counts.
+#[derive(Debug, Default)]
+pub(crate) struct RuleMetrics {
+    pub allowed: AtomicU64,
+    pub denied: AtomicU64,
+    pub shadow_denied: AtomicU64,
+    pub backend_errors: AtomicU64,
+}
+
+// Relaxed everywhere: each counter is a statistic on its own, read for display;
+// no other memory is published through it.
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A snapshot of one rule's counters, as [`crate::Policy::metrics`] returns them.
+///
+/// ```
+/// use sluicegate_policy::Policy;
+/// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/minute\"\nkey = [\"ip\"]\n")?;
+/// p.check_n_at(&[("ip", "192.0.2.1")], 1, 0);
+/// p.check_n_at(&[("ip", "192.0.2.1")], 1, 0);
+/// let m = &p.metrics_at(0)[0];
+/// assert_eq!((m.name.as_str(), m.allowed, m.denied, m.keys), ("a", 1, 1, 1));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleStats {
+    /// The rule's name.
+    pub name: String,
+    /// Admitted requests the rule matched (shadow rules: requests it would admit).
+    pub allowed: u64,
+    /// Requests this enforcing rule denied.
+    pub denied: u64,
+    /// Requests this shadow rule would have denied (none were).
+    pub shadow_denied: u64,
+    /// Checks the shared backend failed, decided by `on_error`.
+    pub backend_errors: u64,
+    /// Keys holding state in the rule's local table.
+    pub keys: u64,
+    /// Entries back to full that were reclaimed for new keys.
+    pub evictions: u64,
+    /// New keys denied because the table was full of live entries.
+    pub rejected_keys: u64,
+}
+
+/// The policy's reload history.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub(crate) struct ReloadStats {
+    pub reloads: u64,
+    pub failures: u64,
+    pub last_error: Option<String>,
+}
+
+/// A per-rule family: name, type, help, the value.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&RuleStats) -> u64,
+);
+
+/// Writes the Prometheus text exposition (format 0.0.4).
+pub(crate) fn write_text(out: &mut String, rules: &[RuleStats], reload: &ReloadStats) {
+    let mut family = |name: &str, kind: &str, help: &str, rows: &mut dyn FnMut(&mut String)| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        rows(out);
+    };
+    let per_rule = |out: &mut String, name: &str, extra: &str, v: &dyn Fn(&RuleStats) -> u64| {
+        for r in rules {
+            let _ = writeln!(
+                out,
+                "{name}{{rule=\"{}\"{extra}}} {}",
+                Escaped(&r.name),
+                v(r)
+            );
+        }
+    };
+    let req = "sluicegate_policy_requests_total";
+    family(
+        req,
+        "counter",
+        "Requests a rule matched, by what the rule answered.",
+        &mut |o| {
+            per_rule(o, req, ",outcome=\"allowed\"", &|r| r.allowed);
+            per_rule(o, req, ",outcome=\"denied\"", &|r| r.denied);
+            per_rule(o, req, ",outcome=\"shadow_denied\"", &|r| r.shadow_denied);
+        },
+    );
+    let rows: [Family; 4] = [
+        (
+            "sluicegate_policy_backend_errors_total",
+            "counter",
+            "Checks decided by on_error because the shared backend failed.",
+            |r| r.backend_errors,
+        ),
+        (
+            "sluicegate_policy_keys",
+            "gauge",
+            "Keys holding state in the rule's local table.",
+            |r| r.keys,
+        ),
+        (
+            "sluicegate_policy_evictions_total",
+            "counter",
+            "Table entries back to full reclaimed for new keys.",
+            |r| r.evictions,
+        ),
+        (
+            "sluicegate_policy_rejected_keys_total",
+            "counter",
+            "New keys denied because the rule's table was full of live entries.",
+            |r| r.rejected_keys,
+        ),
+    ];
+    for (name, kind, help, v) in rows {
+        family(name, kind, help, &mut |o| per_rule(o, name, "", &|r| v(r)));
+    }
+    let name = "sluicegate_policy_reloads_total";
+    family(name, "counter", "Policy reloads, by result.", &mut |o| {
+        let _ = writeln!(o, "{name}{{result=\"ok\"}} {}", reload.reloads);
+        let _ = writeln!(o, "{name}{{result=\"error\"}} {}", reload.failures);
+    });
+    let name = "sluicegate_policy_last_reload_error";
+    family(name, "gauge", "1 while the last reload failed (the message is the label; the previous policy stays in force).", &mut |o| {
+        match &reload.last_error {
+            Some(e) => {
+                let _ = writeln!(o, "{name}{{message=\"{}\"}} 1", Escaped(e));
+            }
+            None => {
+                let _ = writeln!(o, "{name}{{message=\"\"}} 0");
+            }
+        }
+    });
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl crate::Policy {
+    /// Every rule's counters at `now` (the `keys` gauge counts entries not back
+    /// to full at `now`).
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"s\"\nlimit = \"1/minute\"\nmode = \"shadow\"\n")?;
+    /// for _ in 0..3 { assert!(p.check_n_at(&[("k", "v")], 1, 0).allowed()); }
+    /// let m = &p.metrics_at(0)[0];
+    /// assert_eq!((m.allowed, m.shadow_denied, m.denied), (1, 2, 0));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn metrics_at(&self, now: u64) -> Vec<RuleStats> {
+        let snap = self.current.load_full();
+        snap.rules
+            .iter()
+            .map(|r| {
+                let (keys, evictions, rejected_keys) = r.limiter.table_stats(now);
+                let m = &r.metrics;
+                RuleStats {
+                    name: r.def.name().to_owned(),
+                    allowed: m.allowed.load(Ordering::Relaxed),
+                    denied: m.denied.load(Ordering::Relaxed),
+                    shadow_denied: m.shadow_denied.load(Ordering::Relaxed),
+                    backend_errors: m.backend_errors.load(Ordering::Relaxed),
+                    keys,
+                    evictions,
+                    rejected_keys,
+                }
+            })
+            .collect()
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of every rule's counters and
+    /// the reload history, at `now` on the policy's clock.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"login\"\nlimit = \"1/minute\"\n")?;
+    /// p.check(&[("k", "v")]);
+    /// let text = p.metrics_text();
+    /// assert!(text.contains("sluicegate_policy_requests_total{rule=\"login\",outcome=\"allowed\"} 1\n"));
+    /// assert!(text.contains("# TYPE sluicegate_policy_keys gauge\n"));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn metrics_text(&self) -> String {
+        use sluicegate::Clock;
+        self.metrics_text_at(self.clock.now())
+    }
+
+    /// [`Self::metrics_text`] at `now` on the caller's clock.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?;
+    /// assert!(p.metrics_text_at(0).contains("sluicegate_policy_reloads_total{result=\"ok\"} 0\n"));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn metrics_text_at(&self, now: u64) -> String {
+        let rules = self.metrics_at(now);
+        let reload = self
+            .reload
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut out = String::new();
+        write_text(&mut out, &rules, &reload);
+        out
+    }
+}

@@ -1,0 +1,330 @@
+//! Reloading a running policy, and watching its file.
+//!
+//! A reload validates the new text first; an invalid one leaves the policy in
+//! force untouched and is reported three ways: [`Policy::last_error`], the
+//! `sluicegate_policy_last_reload_error` metric, and a `log` warning. A valid one is
+//! swapped in atomically (a check sees the old rules or the new, never a mix):
+//!
+//! * a rule whose name, key, limits, algorithm, backend, capacity and stripes are
+//!   unchanged keeps its limiter: every key's state carries over;
+//! * a rule whose limits changed (same name, algorithm, number of limits, key,
+//!   backend) keeps its limiter with the new limits applied (`set_spec`: state
+//!   carries over as each algorithm documents);
+//! * any other change builds the rule anew (full buckets, empty windows);
+//! * a removed rule's limiter is freed once the last check using it returns.
+//!
+//! Counters follow the rule's name.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::backend::{Limiter, RemoteFactory};
+use crate::def::PolicyDef;
+use crate::diag::{Code, Diagnostic, Error, Severity};
+use crate::metrics::RuleMetrics;
+use crate::policy::{compile, read, Compiled, Policy};
+
+type Parts = (Arc<Limiter>, Arc<RuleMetrics>);
+
+/// The limiter and counters of each rule of `def`, from `old` where kept.
+pub(crate) fn plan(
+    def: &PolicyDef,
+    old: Option<&Compiled>,
+    remote: Option<&dyn RemoteFactory>,
+    file: &str,
+) -> Result<Vec<Parts>, Error> {
+    let previous = |name: &str| old.and_then(|o| o.rules.iter().find(|r| r.def.name() == name));
+    let mut out = Vec::with_capacity(def.rules.len());
+    // (limiter, spec to restore) for limits changed in place, undone on failure.
+    let mut changed = Vec::new();
+    let mut fail = None;
+    for rule in &def.rules {
+        let prev = previous(rule.name());
+        let metrics = prev.map_or_else(Arc::default, |p| p.metrics.clone());
+        if let Some(p) = prev.filter(|p| p.def.same_limiter(rule)) {
+            out.push((p.limiter.clone(), metrics));
+            continue;
+        }
+        let same_shape = prev.filter(|p| {
+            p.def.key() == rule.key()
+                && p.def.backend() == rule.backend()
+                && p.def.capacity() == rule.capacity()
+                && p.def.stripes() == rule.stripes()
+        });
+        if let Some(p) = same_shape {
+            if p.limiter.set_spec(rule.spec()).is_ok() {
+                changed.push((p.limiter.clone(), *p.def.spec()));
+                out.push((p.limiter.clone(), metrics));
+                continue;
+            }
+        }
+        match Limiter::build(rule, def.redis(), remote) {
+            Ok(l) => out.push((Arc::new(l), metrics)),
+            Err(message) => {
+                fail = Some(Diagnostic {
+                    severity: Severity::Error,
+                    code: Code::Build,
+                    file: file.to_owned(),
+                    line: rule.line(),
+                    column: 1,
+                    rule: Some(rule.name().to_owned()),
+                    message,
+                });
+                break;
+            }
+        }
+    }
+    match fail {
+        None => Ok(out),
+        Some(d) => {
+            for (l, spec) in changed {
+                let _ = l.set_spec(&spec);
+            }
+            Err(Error::one(d))
+        }
+    }
+}
+
+/// What a successful reload did.
+///
+/// ```
+/// use sluicegate_policy::Policy;
+/// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+/// let r = p.reload_from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/s\"\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n")?;
+/// assert_eq!((r.kept, r.changed, r.built, r.removed), (0, 1, 1, 0));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Rules whose limiter was kept as it was.
+    pub kept: usize,
+    /// Rules whose limits changed, state carried over.
+    pub changed: usize,
+    /// Rules built anew.
+    pub built: usize,
+    /// Rules gone.
+    pub removed: usize,
+    /// The new file's warnings.
+    pub warnings: Vec<Diagnostic>,
+}
+
+impl Policy {
+    /// Replaces the rules with those in `text`, if valid; see the module docs for
+    /// what keeps its state. On error the policy in force is unchanged.
+    ///
+    /// ```
+    /// use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/minute\"\n")?;
+    /// assert!(p.check_n_at(&[("k", "v")], 1, 0).allowed());
+    /// assert!(p.reload_from_toml("[[rule]]\nname = \"a\"\nlimit = \"oops\"\n").is_err());
+    /// assert!(p.last_error().unwrap().contains("<policy>:3:"));
+    /// // Still the old rule, with its state: the minute's unit is spent.
+    /// assert!(!p.check_n_at(&[("k", "v")], 1, 0).allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn reload_from_toml(&self, text: &str) -> Result<Reloaded, Error> {
+        self.reload(text, None)
+    }
+
+    /// [`Self::reload_from_toml`] with the text of the file at `path`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?;
+    /// assert!(p.reload_from_path("/nonexistent.toml").is_err());
+    /// assert_eq!(p.reload_count(), (0, 1));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn reload_from_path(&self, path: impl AsRef<Path>) -> Result<Reloaded, Error> {
+        match read(path.as_ref()) {
+            Ok((text, name)) => self.reload(&text, Some(&name)),
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    fn reload(&self, text: &str, file: Option<&str>) -> Result<Reloaded, Error> {
+        // One reload at a time: each plans against the generation it replaces.
+        let _one = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let def = PolicyDef::parse(text, file).map_err(|e| self.failed(e))?;
+        let old = self.current.load_full();
+        let warnings = def.warnings.clone();
+        let file = file.unwrap_or("<policy>");
+        let mut new =
+            compile(def, Some(&old), self.remote.as_deref(), file).map_err(|e| self.failed(e))?;
+        let mut r = Reloaded {
+            kept: 0,
+            changed: 0,
+            built: 0,
+            removed: 0,
+            warnings,
+        };
+        for rule in new.rules.iter() {
+            match old.rules.iter().find(|o| o.def.name() == rule.def.name()) {
+                Some(o)
+                    if Arc::ptr_eq(&o.limiter, &rule.limiter) && o.def.same_limiter(&rule.def) =>
+                {
+                    r.kept += 1
+                }
+                Some(o) if Arc::ptr_eq(&o.limiter, &rule.limiter) => r.changed += 1,
+                _ => r.built += 1,
+            }
+        }
+        r.removed = old
+            .rules
+            .iter()
+            .filter(|o| !new.rules.iter().any(|n| n.def.name() == o.def.name()))
+            .count();
+        new.def.warnings = r.warnings.clone();
+        self.current.store(Arc::new(new));
+        let mut s = self.reload.lock().unwrap_or_else(PoisonError::into_inner);
+        s.reloads += 1;
+        s.last_error = None;
+        log::info!(
+            "sluicegate policy reloaded: {} kept, {} changed, {} new, {} removed",
+            r.kept,
+            r.changed,
+            r.built,
+            r.removed
+        );
+        Ok(r)
+    }
+
+    fn failed(&self, e: Error) -> Error {
+        let mut s = self.reload.lock().unwrap_or_else(PoisonError::into_inner);
+        s.failures += 1;
+        s.last_error = Some(e.to_string());
+        log::warn!("sluicegate policy reload rejected, previous policy kept: {e}");
+        e
+    }
+
+    /// The last reload's error, until a reload succeeds.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?;
+    /// assert_eq!(p.last_error(), None);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn last_error(&self) -> Option<String> {
+        self.reload
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_error
+            .clone()
+    }
+
+    /// Reloads so far: (succeeded, failed).
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?;
+    /// p.reload_from_toml("")?;
+    /// assert_eq!(p.reload_count(), (1, 0));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn reload_count(&self) -> (u64, u64) {
+        let s = self.reload.lock().unwrap_or_else(PoisonError::into_inner);
+        (s.reloads, s.failures)
+    }
+}
+
+/// Watches a rule file and reloads the policy when its content changes (polled:
+/// no platform notification API, works on every file system, including the
+/// atomically renamed files of config managers and Kubernetes volumes). Stops
+/// when dropped.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use sluicegate_policy::{Policy, Watcher};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("rules.toml");
+/// std::fs::write(&path, "[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n").unwrap();
+/// let policy = Arc::new(Policy::from_path(&path)?);
+/// let watcher = Watcher::spawn(policy.clone(), &path, Duration::from_millis(20)).unwrap();
+/// std::fs::write(&path, "[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n").unwrap();
+/// let start = std::time::Instant::now();
+/// while policy.definition().rules()[0].name() != "b" && start.elapsed() < Duration::from_secs(5) {
+///     std::thread::sleep(Duration::from_millis(5));
+/// }
+/// assert_eq!(policy.definition().rules()[0].name(), "b");
+/// watcher.stop();
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+pub struct Watcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Polls `path` every `interval` (a reload is in force within about one
+    /// interval of the write) on a thread of its own.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use sluicegate_policy::{Policy, Watcher};
+    /// let p = Arc::new(Policy::from_toml("")?);
+    /// let w = Watcher::spawn(p, "/nonexistent.toml", Duration::from_millis(10)).unwrap();
+    /// drop(w); // stops and joins the thread
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn spawn(
+        policy: Arc<Policy>,
+        path: impl AsRef<Path>,
+        interval: Duration,
+    ) -> std::io::Result<Watcher> {
+        let path: PathBuf = path.as_ref().to_owned();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("sluicegate-policy-watch".into())
+            .spawn(move || {
+                let mut last = std::fs::read(&path).ok();
+                while !flag.load(Ordering::Acquire) {
+                    std::thread::park_timeout(interval);
+                    let now = std::fs::read(&path).ok();
+                    if now.is_some() && now != last {
+                        let _ = policy.reload_from_path(&path);
+                        last = now;
+                    }
+                }
+            })?;
+        Ok(Watcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops watching and waits for the thread to end.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use sluicegate_policy::{Policy, Watcher};
+    /// let p = Arc::new(Policy::from_toml("")?);
+    /// Watcher::spawn(p, "rules.toml", Duration::from_secs(60)).unwrap().stop(); // returns at once
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}

@@ -1,0 +1,168 @@
+//! The factory seam for Redis-backed rules and their `on_error`; shadow rules never
+//! deny; striped keyless rules; IPv6 keys grouped by /64.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use sluicegate::{AnyLimiter, Outcome, Spec};
+use sluicegate_policy::{
+    BackendError, Code, Policy, RedisSettings, RemoteFactory, RemoteLimiter, RuleDef,
+};
+
+/// A "remote" limiter in this process that fails while `down` is set.
+struct Flaky {
+    inner: AnyLimiter<()>,
+    down: Arc<AtomicBool>,
+}
+
+impl RemoteLimiter for Flaky {
+    fn check_n(&self, _key: &str, n: u64, consume: bool) -> Result<Outcome, BackendError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(BackendError("connection refused".into()));
+        }
+        let r = if consume {
+            self.inner.check_n_at(n, 0)
+        } else {
+            self.inner.peek_n_at(n, 0)
+        };
+        r.map_err(|e| BackendError(e.to_string()))
+    }
+    fn set_spec(&self, spec: &Spec) -> Result<(), BackendError> {
+        self.inner
+            .set_spec(spec)
+            .map_err(|e| BackendError(e.to_string()))
+    }
+}
+
+struct Factory(Arc<AtomicBool>);
+
+impl RemoteFactory for Factory {
+    fn build(
+        &self,
+        rule: &RuleDef,
+        redis: &RedisSettings,
+    ) -> Result<Box<dyn RemoteLimiter>, BackendError> {
+        assert_eq!(redis.url, "redis://127.0.0.1:6379");
+        let inner =
+            AnyLimiter::with_clock(rule.spec(), ()).map_err(|e| BackendError(e.to_string()))?;
+        Ok(Box::new(Flaky {
+            inner,
+            down: self.0.clone(),
+        }))
+    }
+}
+
+fn policy(on_error: &str, down: &Arc<AtomicBool>) -> Policy {
+    let text = format!(
+        "[redis]\nurl = \"redis://127.0.0.1:6379\"\n[[rule]]\nname = \"r\"\nlimit = \"2/minute\"\nbackend = \"hybrid\"\non_error = \"{on_error}\"\n"
+    );
+    Policy::builder()
+        .remote(Factory(down.clone()))
+        .from_toml(&text)
+        .unwrap()
+}
+
+#[test]
+fn on_error_open_closed_local() {
+    let req = [("ip", "192.0.2.1")];
+    let down = Arc::new(AtomicBool::new(false));
+    let p = policy("closed", &down);
+    assert!(p.check_n_at(&req, 1, 0).allowed());
+    down.store(true, Ordering::SeqCst);
+    let d = p.check_n_at(&req, 1, 0);
+    assert!(!d.allowed());
+    assert!(d.rules().next().unwrap().backend_error);
+    assert_eq!(p.metrics_at(0)[0].backend_errors, 1);
+
+    let p = policy("open", &down);
+    for _ in 0..5 {
+        assert!(p.check_n_at(&req, 1, 0).allowed());
+    }
+    // Local: the rule's own limit in this process.
+    let p = policy("local", &down);
+    assert!(p.check_n_at(&req, 2, 0).allowed());
+    assert!(!p.check_n_at(&req, 1, 0).allowed());
+    assert_eq!(p.metrics_at(0)[0].backend_errors, 2);
+    // Back up: the remote decides again.
+    down.store(false, Ordering::SeqCst);
+    let d = p.check_n_at(&req, 2, 0);
+    assert!(d.allowed() && !d.rules().next().unwrap().backend_error);
+}
+
+#[test]
+fn redis_rules_need_a_factory() {
+    let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n[[rule]]\nname = \"r\"\nlimit = \"2/minute\"\nbackend = \"redis\"\n";
+    let err = Policy::from_toml(text).unwrap_err();
+    let d = &err.diagnostics()[0];
+    assert_eq!(
+        (d.code, d.line, d.rule.as_deref()),
+        (Code::Build, 5, Some("r"))
+    );
+    assert!(d.message.contains("PolicyBuilder::remote"));
+}
+
+#[test]
+fn shadow_never_denies_nor_blocks() {
+    let p = Policy::from_toml(
+        "[[rule]]\nname = \"tight\"\nlimit = \"1/hour\"\nmode = \"shadow\"\n[[rule]]\nname = \"loose\"\nlimit = \"5/hour\"\n",
+    )
+    .unwrap();
+    let req = [("ip", "192.0.2.1")];
+    for i in 0..5 {
+        let d = p.check_n_at(&req, 1, i);
+        assert!(d.allowed(), "request {i}");
+        assert_eq!(d.rules().next().unwrap().allowed, i == 0);
+        assert_eq!(d.denying().count(), 0);
+    }
+    // The enforcing rule denies the sixth; the shadow rule did not block any.
+    assert!(!p.check_n_at(&req, 1, 5).allowed());
+    let m = p.metrics_at(5);
+    assert_eq!((m[0].allowed, m[0].shadow_denied, m[0].denied), (1, 5, 0));
+    assert_eq!((m[1].allowed, m[1].denied), (5, 1));
+}
+
+#[test]
+fn denial_consumes_nothing_elsewhere() {
+    // "outer" has room; "inner" (keyed) denies: outer must not be charged.
+    let p = Policy::from_toml(
+        "[[rule]]\nname = \"outer\"\nlimit = \"3/hour\"\n[[rule]]\nname = \"inner\"\nkey = [\"ip\"]\nlimit = \"1/hour\"\n",
+    )
+    .unwrap();
+    assert!(p.check_n_at(&[("ip", "192.0.2.1")], 1, 0).allowed());
+    for _ in 0..10 {
+        assert!(!p.check_n_at(&[("ip", "192.0.2.1")], 1, 0).allowed());
+    }
+    let d = p.check_n_at(&[("ip", "192.0.2.2")], 1, 0);
+    assert!(d.allowed());
+    assert_eq!(d.rules().next().unwrap().remaining, 1);
+}
+
+#[test]
+fn striped_hot_rule_and_ipv6_grouping() {
+    let p = Policy::from_toml(
+        "[[rule]]\nname = \"global\"\nlimit = \"8/hour\"\nstripes = 4\n[[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\nlimit = \"2/hour\"\n",
+    )
+    .unwrap();
+    // Two addresses of one /64 share a limiter; another /64 does not.
+    assert!(p.check_n_at(&[("ip", "2001:db8::1")], 1, 0).allowed());
+    assert!(p.check_n_at(&[("ip", "2001:db8::2")], 1, 0).allowed());
+    assert!(!p.check_n_at(&[("ip", "2001:db8::3")], 1, 0).allowed());
+    assert!(p.check_n_at(&[("ip", "2001:db8:0:1::1")], 1, 0).allowed());
+    // The striped rule admits exactly its quota across many threads.
+    let p = Arc::new(p);
+    let admitted: usize = (0..4)
+        .map(|t| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                (0..10)
+                    .filter(|i| {
+                        let ip = format!("192.0.{t}.{i}");
+                        p.check_n_at(&[("ip", ip.as_str())], 1, 0).allowed()
+                    })
+                    .count()
+            })
+        })
+        .map(|h| h.join().unwrap())
+        .sum();
+    assert_eq!(admitted, 8 - 3);
+}
