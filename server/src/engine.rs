@@ -1,23 +1,28 @@
-//! Decisions: every limit of the configuration with its keyed limiter table, and the
-//! per-request logic of envoyproxy/ratelimit (resolve each descriptor, drop replaced
-//! limits, decide each descriptor on its own, shadow mode, unlimited).
+//! Decisions: every domain of the configuration and the per-request logic of
+//! envoyproxy/ratelimit (resolve each descriptor, drop replaced limits, decide each
+//! descriptor on its own, shadow mode, unlimited).
+//!
+//! Every limit is decided by the policy layer (`sluicegate-policy`): a YAML limit is
+//! a one-rule policy keyed by its descriptor's values; a TOML file is a policy of its
+//! own whose attributes are the descriptor's entries ([`crate::toml_domain`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use sluicegate::keyed::KeyedLimiter;
-use sluicegate::{Fixed, Quota};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use sluicegate_policy::{Attrs, Decision, Mode, Policy, PolicyDef};
 
 use crate::metrics::{HitResult, RuleMetrics};
+use crate::toml_domain::TomlDomain;
 use crate::yaml::{unit_seconds, ConfigError, Domain, LimitDef, LimitKind};
 
-/// The algorithm YAML limits use unless the extension field names another.
+/// The algorithm YAML limits use unless the extension field names another: the
+/// one envoyproxy/ratelimit has, so an existing config behaves the same.
 pub const DEFAULT_ALGORITHM: &str = "fixed_window";
 
-/// A limit's state: kept across reloads while the limit's key, window and algorithm
-/// are unchanged (a new `requests_per_unit` applies to the current window's count).
+/// What decides a YAML limit.
 #[derive(Debug)]
 enum Limiter {
     Unlimited,
@@ -25,13 +30,14 @@ enum Limiter {
     Never {
         window_ns: u64,
     },
-    Window {
-        table: Arc<KeyedLimiter<Fixed, ()>>,
-        window_ns: u64,
+    /// A one-rule policy (`text` is its rule file, kept to reload it in place).
+    Policy {
+        policy: Arc<Policy>,
+        text: String,
     },
 }
 
-/// One limit of the configuration, ready to decide.
+/// One limit of a YAML domain, ready to decide.
 #[derive(Debug)]
 pub struct Rule {
     /// Its definition from the file.
@@ -49,17 +55,35 @@ impl PartialEq for Rule {
 
 impl Eq for Rule {}
 
-/// The hash key of a descriptor within its limit: the values of its entries. The
-/// keys are fixed by the tree path that led to the limit, so the values alone tell
-/// descriptors apart (envoyproxy/ratelimit's cache key, without building a string).
-struct Values<'a>(&'a [Entry]);
+/// A YAML limit's descriptor as attributes `e0`, `e1`, … (the entries' values by
+/// position: the keys are fixed by the tree path that led to the limit), so that
+/// any descriptor key works, whatever the policy's attribute-name syntax.
+struct Positional<'a>(&'a [Entry]);
 
-impl Hash for Values<'_> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        for e in self.0 {
-            e.value.hash(state);
-        }
+impl Attrs for Positional<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        let i: usize = name.strip_prefix('e')?.parse().ok()?;
+        self.0.get(i).map(|e| e.value.as_str())
     }
+}
+
+/// A decided descriptor, as the response reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited<'a> {
+    /// `current_limit.name` (a YAML `rate_limit.name`, possibly empty; a TOML rule name).
+    pub name: Cow<'a, str>,
+    /// `current_limit.requests_per_unit`.
+    pub requests_per_unit: u32,
+    /// `current_limit.unit` (`Unknown` when the window is not one unit).
+    pub unit: Unit,
+    /// OK: within the limit, or only shadow limits are over.
+    pub ok: bool,
+    /// Units left after this decision.
+    pub remaining: u64,
+    /// Nanoseconds until the limit is fresh again.
+    pub reset_ns: u64,
+    /// `RateLimit-Policy` and `RateLimit` items, when asked for.
+    pub headers: Option<(String, String)>,
 }
 
 /// What one descriptor got.
@@ -69,71 +93,156 @@ pub enum Outcome<'a> {
     NoLimit,
     /// An `unlimited` limit: OK, remaining reported as `u32::MAX`.
     Unlimited,
-    /// Decided by `rule`.
-    Limited {
-        /// The limit that decided.
-        rule: &'a Rule,
-        /// Within the limit, or a shadow-mode limit (which never denies).
-        ok: bool,
-        /// Over the limit (also set for shadow-mode limits).
-        over: bool,
-        /// Hits left in the window after this decision.
-        remaining: u64,
-        /// Nanoseconds until the window resets.
-        reset_ns: u64,
-    },
+    /// Decided by a limit.
+    Limited(Limited<'a>),
+}
+
+/// One rule's series: (label `domain.…`, shadow, counters, (evicted, rejected)
+/// values of a full table).
+pub type MetricRow = (String, bool, Arc<RuleMetrics>, (u64, u64));
+
+/// One domain: a YAML descriptor tree with its limits, or a TOML policy.
+#[derive(Debug)]
+enum DomainRules {
+    Yaml { tree: Domain, rules: Vec<Rule> },
+    Toml(TomlDomain),
 }
 
 /// The configuration in force: every domain and its limits.
 #[derive(Debug, Default)]
 pub struct RuleSet {
-    domains: HashMap<String, (Domain, Vec<Rule>)>,
+    domains: HashMap<String, DomainRules>,
 }
 
 /// Settings that shape the limiter tables.
 #[derive(Debug, Clone, Copy)]
 pub struct TableSettings {
-    /// Keys each limit's table holds (rounded up to whole groups of 8).
+    /// Keys each limit's table holds (the policy's `capacity`).
     pub keys_per_limit: usize,
 }
 
+/// A parsed config file.
+#[derive(Debug)]
+pub enum Source {
+    /// envoyproxy/ratelimit YAML.
+    Yaml(Domain),
+    /// A TOML policy for the domain named by the file's stem.
+    Toml {
+        /// The domain.
+        domain: String,
+        /// The rule file's text (validated).
+        text: String,
+    },
+}
+
+/// The rule file of a YAML limit: one rule keyed by the descriptor's values.
+fn rule_text(
+    def: &LimitDef,
+    requests_per_unit: u32,
+    window_s: u64,
+    algorithm: &str,
+    settings: TableSettings,
+) -> String {
+    let key: Vec<String> = (0..def.depth).map(|i| format!("\"e{i}\"")).collect();
+    let mode = if def.shadow { "shadow" } else { "enforce" };
+    format!(
+        "[defaults]\ncapacity = {}\n\n[[rule]]\nname = \"limit\"\nkey = [{}]\nlimit = \"{requests_per_unit}/{window_s}s\"\nalgorithm = {}\nmode = \"{mode}\"\n",
+        settings.keys_per_limit,
+        key.join(", "),
+        toml_string(algorithm),
+    )
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 impl RuleSet {
-    /// Builds the rules of `domains`, taking over the state and counters of `old`'s
-    /// limits that kept their key, window and algorithm. Fails without touching
-    /// `old` (two files with one domain, a limit beyond the algorithm's bound).
+    /// Builds the rules of `sources` (each with its file name), taking over the state
+    /// and counters of `old`'s limits: a YAML limit by its full key, a TOML domain by
+    /// its rules' names (the policy's reload rules). Everything is validated before
+    /// `old` is touched, so a failure leaves the rules in force as they were.
     pub fn build(
-        domains: Vec<(String, Domain)>,
+        sources: Vec<(String, Source)>,
         old: Option<&RuleSet>,
         settings: TableSettings,
     ) -> Result<RuleSet, ConfigError> {
-        let mut out = RuleSet::default();
-        let previous: HashMap<&str, &Rule> = old
-            .into_iter()
-            .flat_map(|o| o.domains.values().flat_map(|(_, rules)| rules.iter()))
-            .map(|r| (r.def.full_key.as_str(), r))
-            .collect();
-        for (file, domain) in domains {
+        // 1. Validate: unique domains, every generated rule file.
+        let mut plans = Vec::with_capacity(sources.len());
+        let mut names = std::collections::HashSet::new();
+        for (file, source) in sources {
             let err = |message: String| ConfigError {
                 file: file.clone(),
                 message,
             };
-            if out.domains.contains_key(&domain.name) {
-                return Err(err(format!(
-                    "duplicate domain '{}' in config file",
-                    domain.name
-                )));
+            let name = match &source {
+                Source::Yaml(d) => d.name.clone(),
+                Source::Toml { domain, .. } => domain.clone(),
+            };
+            if !names.insert(name.clone()) {
+                return Err(err(format!("duplicate domain '{name}' in config file")));
             }
-            let mut rules = Vec::with_capacity(domain.limits().len());
-            for def in domain.limits() {
-                let prev = previous.get(def.full_key.as_str()).copied();
-                rules.push(
-                    build_rule(def, prev, settings)
-                        .map_err(|m| err(format!("descriptor '{}': {m}", def.full_key)))?,
-                );
-            }
-            out.domains.insert(domain.name.clone(), (domain, rules));
+            let texts = match &source {
+                Source::Yaml(d) => d
+                    .limits()
+                    .iter()
+                    .map(|def| {
+                        plan_text(def, settings)
+                            .map_err(|m| err(format!("descriptor '{}': {m}", def.full_key)))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+                Source::Toml { .. } => Vec::new(),
+            };
+            plans.push((file, name, source, texts));
+        }
+        // 2. Build, reloading old policies in place where the limit carries over.
+        let mut out = RuleSet::default();
+        for (file, name, source, texts) in plans {
+            let err = |message: String| ConfigError {
+                file: file.clone(),
+                message,
+            };
+            let rules = match source {
+                Source::Yaml(tree) => {
+                    let mut rules = Vec::with_capacity(texts.len());
+                    for (def, text) in tree.limits().iter().zip(texts) {
+                        let prev = old.and_then(|o| o.yaml_rule(&name, &def.full_key));
+                        rules.push(
+                            build_rule(def, text, prev)
+                                .map_err(|m| err(format!("descriptor '{}': {m}", def.full_key)))?,
+                        );
+                    }
+                    DomainRules::Yaml { tree, rules }
+                }
+                Source::Toml { domain, text } => {
+                    let prev = old.and_then(|o| match o.domains.get(&domain) {
+                        Some(DomainRules::Toml(t)) => Some(t),
+                        _ => None,
+                    });
+                    DomainRules::Toml(TomlDomain::build(&file, &domain, &text, prev)?)
+                }
+            };
+            out.domains.insert(name, rules);
         }
         Ok(out)
+    }
+
+    fn yaml_rule(&self, domain: &str, full_key: &str) -> Option<&Rule> {
+        match self.domains.get(domain)? {
+            DomainRules::Yaml { rules, .. } => rules.iter().find(|r| r.def.full_key == full_key),
+            DomainRules::Toml(_) => None,
+        }
     }
 
     /// Number of configured domains.
@@ -142,16 +251,28 @@ impl RuleSet {
     }
 
     /// Decides every descriptor of one request at `now_ns` (Unix nanoseconds), with
-    /// `hits[i]` units for descriptor `i`; `None` when the domain is unknown (every
-    /// descriptor is then OK, as upstream).
+    /// `hits[i]` units for descriptor `i`; `headers` also formats the `RateLimit`
+    /// items. `None` when the domain is unknown (every descriptor OK, as upstream).
     pub fn decide<'a>(
         &'a self,
         domain: &str,
         descriptors: &[&[Entry]],
         hits: &[u64],
         now_ns: u64,
+        headers: bool,
     ) -> Option<Vec<Outcome<'a>>> {
-        let (tree, rules) = self.domains.get(domain)?;
+        let (tree, rules) = match self.domains.get(domain)? {
+            DomainRules::Yaml { tree, rules } => (tree, rules),
+            DomainRules::Toml(t) => {
+                return Some(
+                    descriptors
+                        .iter()
+                        .zip(hits)
+                        .map(|(d, &n)| t.decide(d, n, now_ns, headers))
+                        .collect(),
+                );
+            }
+        };
         let mut picked: Vec<Option<&Rule>> = descriptors
             .iter()
             .map(|d| {
@@ -175,79 +296,103 @@ impl RuleSet {
                 }
             }
         }
+        let mut decision = Decision::new();
         let outcomes = picked
             .into_iter()
             .zip(descriptors)
             .zip(hits)
             .map(|((rule, entries), &n)| match rule {
                 None => Outcome::NoLimit,
-                Some(rule) => rule.decide(entries, n, now_ns),
+                Some(rule) => rule.decide(entries, n, now_ns, headers, &mut decision),
             })
             .collect();
         Some(outcomes)
     }
 
-    /// Every rule with its domain, for metrics.
-    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
-        self.domains.values().flat_map(|(_, rules)| rules.iter())
+    /// Every domain's per-rule series, for `/metrics`.
+    pub fn metric_rows(&self, now_ns: u64) -> Vec<MetricRow> {
+        let mut rows = Vec::new();
+        for rules in self.domains.values() {
+            match rules {
+                DomainRules::Yaml { rules, .. } => rows.extend(rules.iter().map(|r| {
+                    (
+                        r.def.full_key.clone(),
+                        r.def.shadow,
+                        r.metrics.clone(),
+                        r.dropped(now_ns),
+                    )
+                })),
+                DomainRules::Toml(t) => rows.extend(t.metric_rows(now_ns)),
+            }
+        }
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
     }
 }
 
-fn build_rule(
-    def: &LimitDef,
-    prev: Option<&Rule>,
-    settings: TableSettings,
-) -> Result<Rule, String> {
+/// The rule file of a YAML limit (`None` for limits that need no limiter), checked.
+fn plan_text(def: &LimitDef, settings: TableSettings) -> Result<Option<String>, String> {
+    let LimitKind::Rate {
+        requests_per_unit,
+        unit,
+        algorithm,
+    } = &def.kind
+    else {
+        return Ok(None);
+    };
+    if *requests_per_unit == 0 {
+        return Ok(None);
+    }
+    let window_s = unit_seconds(*unit).ok_or("unknown unit")?;
+    let text = rule_text(
+        def,
+        *requests_per_unit,
+        window_s,
+        algorithm.as_deref().unwrap_or(DEFAULT_ALGORITHM),
+        settings,
+    );
+    PolicyDef::parse(&text, Some("rate_limit")).map_err(|e| policy_error(&e))?;
+    Ok(Some(text))
+}
+
+/// The policy's diagnostics without the generated file's positions (they point
+/// into text the user never wrote).
+fn policy_error(e: &sluicegate_policy::Error) -> String {
+    let msgs: Vec<String> = e.diagnostics().iter().map(|d| d.message.clone()).collect();
+    if msgs.is_empty() {
+        e.to_string()
+    } else {
+        msgs.join("; ")
+    }
+}
+
+fn build_rule(def: &LimitDef, text: Option<String>, prev: Option<&Rule>) -> Result<Rule, String> {
     let metrics = match prev {
         Some(p) if p.def.detailed_metric == def.detailed_metric => p.metrics.clone(),
         _ => Arc::new(RuleMetrics::new(def.detailed_metric)),
     };
-    let limiter = match &def.kind {
-        LimitKind::Unlimited => Limiter::Unlimited,
-        LimitKind::Rate {
-            requests_per_unit,
-            unit,
-            algorithm,
-        } => {
-            let algorithm = algorithm.as_deref().unwrap_or(DEFAULT_ALGORITHM);
-            if algorithm != DEFAULT_ALGORITHM {
-                return Err(format!(
-                    "algorithm '{algorithm}': this build decides YAML limits with '{DEFAULT_ALGORITHM}' only (other algorithms come with the policy layer)"
-                ));
-            }
-            let window_ns = unit_seconds(*unit).ok_or("unknown unit")? * 1_000_000_000;
-            if *requests_per_unit == 0 {
-                Limiter::Never { window_ns }
-            } else {
-                let quota = Quota::from_nanos(u64::from(*requests_per_unit), window_ns);
-                match prev.map(|p| &p.limiter) {
-                    Some(Limiter::Window {
-                        table,
-                        window_ns: w,
-                    }) if *w == window_ns => {
-                        table
-                            .set_quota(&quota)
-                            .map_err(|e| format!("requests_per_unit: {e}"))?;
-                        Limiter::Window {
-                            table: table.clone(),
-                            window_ns,
-                        }
-                    }
-                    _ => {
-                        let table = KeyedLimiter::<Fixed, ()>::with_clock(
-                            quota,
-                            settings.keys_per_limit,
-                            (),
-                        )
-                        .map_err(|e| format!("requests_per_unit: {e}"))?;
-                        Limiter::Window {
-                            table: Arc::new(table),
-                            window_ns,
-                        }
-                    }
+    let limiter = match (&def.kind, text) {
+        (LimitKind::Unlimited, _) => Limiter::Unlimited,
+        (LimitKind::Rate { unit, .. }, None) => Limiter::Never {
+            window_ns: unit_seconds(*unit).unwrap_or(1) * 1_000_000_000,
+        },
+        (LimitKind::Rate { .. }, Some(text)) => match prev.map(|p| &p.limiter) {
+            Some(Limiter::Policy { policy, text: old }) => {
+                if *old != text {
+                    policy
+                        .reload_from_toml(&text)
+                        .map_err(|e| policy_error(&e))?;
+                }
+                Limiter::Policy {
+                    policy: policy.clone(),
+                    text,
                 }
             }
-        }
+            _ => Limiter::Policy {
+                policy: Arc::new(Policy::from_toml(&text).map_err(|e| policy_error(&e))?),
+                text,
+            },
+        },
     };
     Ok(Rule {
         def: def.clone(),
@@ -257,15 +402,30 @@ fn build_rule(
 }
 
 impl Rule {
-    fn decide(&self, entries: &[Entry], hits: u64, now_ns: u64) -> Outcome<'_> {
-        let (allowed, remaining, window_ns) = match &self.limiter {
+    fn decide(
+        &self,
+        entries: &[Entry],
+        hits: u64,
+        now_ns: u64,
+        headers: bool,
+        d: &mut Decision,
+    ) -> Outcome<'_> {
+        let (allowed, remaining, reset_ns) = match &self.limiter {
             Limiter::Unlimited => return Outcome::Unlimited,
-            Limiter::Never { window_ns } => (false, 0, *window_ns),
-            Limiter::Window { table, window_ns } => {
-                match table.check_n_at(&Values(entries), hits, now_ns) {
-                    Ok(d) => (d.allowed, d.remaining, *window_ns),
-                    // More hits than the limit: never admissible, over the limit (upstream).
-                    Err(_) => (false, 0, *window_ns),
+            Limiter::Never { window_ns } => (false, 0, window_ns - now_ns % window_ns),
+            Limiter::Policy { policy, .. } => {
+                policy.check_n_at_into(&Positional(entries), hits, now_ns, d);
+                match d.rules().next() {
+                    Some(r) => (
+                        r.allowed,
+                        r.remaining,
+                        if r.allowed {
+                            r.reset_after_ns
+                        } else {
+                            r.retry_after_ns.max(r.reset_after_ns)
+                        },
+                    ),
+                    None => return Outcome::NoLimit,
                 }
             }
         };
@@ -276,21 +436,46 @@ impl Rule {
         };
         self.metrics
             .record(result, hits, || detailed_key(&self.def.full_key, entries));
-        Outcome::Limited {
-            rule: self,
+        let (requests_per_unit, unit) = match &self.def.kind {
+            LimitKind::Rate {
+                requests_per_unit,
+                unit,
+                ..
+            } => (*requests_per_unit, *unit),
+            LimitKind::Unlimited => (0, Unit::Unknown),
+        };
+        let headers = headers.then(|| {
+            let name = crate::service::sf_string(if self.def.name.is_empty() {
+                &self.def.full_key
+            } else {
+                &self.def.name
+            });
+            let window = unit_seconds(unit).unwrap_or(0);
+            let left = remaining.min(u64::from(u32::MAX));
+            (
+                format!("{name};q={requests_per_unit};w={window}"),
+                format!("{name};r={left};t={}", reset_ns.div_ceil(1_000_000_000)),
+            )
+        });
+        Outcome::Limited(Limited {
+            name: Cow::Borrowed(&self.def.name),
+            requests_per_unit,
+            unit,
             ok: allowed || self.def.shadow,
-            over: !allowed,
             remaining,
-            reset_ns: window_ns - now_ns % window_ns,
-        }
+            reset_ns,
+            headers,
+        })
     }
 
-    /// Live entries evicted from this limit's table because it was full (each
-    /// such value started a fresh window); 0 for limits without a table.
-    pub fn evicted(&self) -> u64 {
+    /// Values (evicted, denied) because this limit's table was full.
+    fn dropped(&self, now_ns: u64) -> (u64, u64) {
         match &self.limiter {
-            Limiter::Window { table, .. } => table.stats().evicted,
-            Limiter::Unlimited | Limiter::Never { .. } => 0,
+            Limiter::Policy { policy, .. } => policy
+                .metrics_at(now_ns)
+                .iter()
+                .fold((0, 0), |(e, r), s| (e + s.evictions, r + s.rejected_keys)),
+            Limiter::Unlimited | Limiter::Never { .. } => (0, 0),
         }
     }
 
@@ -298,18 +483,11 @@ impl Rule {
     pub fn metrics(&self) -> &RuleMetrics {
         &self.metrics
     }
+}
 
-    /// Requests per unit and the unit's seconds, when the limit is a rate.
-    pub fn rate(&self) -> Option<(u32, u64)> {
-        match &self.def.kind {
-            LimitKind::Rate {
-                requests_per_unit,
-                unit,
-                ..
-            } => Some((*requests_per_unit, unit_seconds(*unit)?)),
-            LimitKind::Unlimited => None,
-        }
-    }
+/// Shadow or enforce, for a TOML rule's series.
+pub(crate) fn is_shadow(mode: Mode) -> bool {
+    mode == Mode::Shadow
 }
 
 /// envoyproxy/ratelimit's detailed metric key: the domain and every `key_value`.
@@ -326,193 +504,5 @@ fn detailed_key(full_key: &str, entries: &[Entry]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SETTINGS: TableSettings = TableSettings {
-        keys_per_limit: 1024,
-    };
-    const SEC: u64 = 1_000_000_000;
-
-    fn set(yaml: &str, old: Option<&RuleSet>) -> RuleSet {
-        let d = Domain::from_yaml("t.yaml", yaml).unwrap();
-        RuleSet::build(vec![("t.yaml".into(), d)], old, SETTINGS).unwrap()
-    }
-
-    fn e(k: &str, v: &str) -> Entry {
-        Entry {
-            key: k.into(),
-            value: v.into(),
-        }
-    }
-
-    fn oks(rs: &RuleSet, descriptors: &[&[Entry]], hits: u64, now: u64) -> Vec<bool> {
-        let hits = vec![hits; descriptors.len()];
-        rs.decide("d", descriptors, &hits, now)
-            .unwrap()
-            .into_iter()
-            .map(|o| match o {
-                Outcome::Limited { ok, .. } => ok,
-                _ => true,
-            })
-            .collect()
-    }
-
-    const YAML: &str = "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: shadow\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
-
-    #[test]
-    fn each_value_counts_apart_in_aligned_windows() {
-        let rs = set(YAML, None);
-        let (a, b) = ([e("ip", "a")], [e("ip", "b")]);
-        let t = 1_700_000_000 * SEC + SEC / 2;
-        assert_eq!(oks(&rs, &[&a, &a, &a, &b], 1, t), [true, true, false, true]);
-        // The window is aligned to the second: the next one starts at the boundary.
-        assert_eq!(oks(&rs, &[&a], 1, t + SEC / 2 - 1), [false]);
-        assert_eq!(oks(&rs, &[&a], 1, t + SEC / 2), [true]);
-        let out = rs.decide("d", &[&a], &[1], t + SEC / 2 + SEC / 4).unwrap();
-        let Outcome::Limited {
-            remaining,
-            reset_ns,
-            over,
-            ..
-        } = out[0]
-        else {
-            panic!("{out:?}")
-        };
-        assert_eq!((remaining, reset_ns, over), (0, 3 * SEC / 4, false));
-    }
-
-    #[test]
-    fn hits_beyond_the_limit_are_over_and_consume_nothing() {
-        let rs = set(YAML, None);
-        let a = [e("ip", "a")];
-        assert_eq!(oks(&rs, &[&a], 3, 0), [false]);
-        assert_eq!(oks(&rs, &[&a], 2, 0), [true]);
-    }
-
-    #[test]
-    fn shadow_mode_counts_but_answers_ok() {
-        let rs = set(YAML, None);
-        let s = [e("shadow", "x")];
-        assert_eq!(oks(&rs, &[&s, &s, &s], 1, 0), [true, true, true]);
-        let m = rs.rules().find(|r| r.def.shadow).unwrap().metrics();
-        assert_eq!(
-            (
-                m.count(HitResult::Allowed),
-                m.count(HitResult::ShadowDenied)
-            ),
-            (1, 2)
-        );
-    }
-
-    #[test]
-    fn replaces_drops_the_named_limit_and_unknown_domains_pass() {
-        let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: base}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 5, replaces: [{name: base}]}\n";
-        let rs = set(yaml, None);
-        let (a, b) = ([e("a", "1")], [e("b", "1")]);
-        // Alone, `a` is limited to 1; with `b` in the same request it is replaced.
-        assert_eq!(oks(&rs, &[&a, &a], 1, 0), [true, false]);
-        let out = rs.decide("d", &[&a, &b], &[1, 1], 0).unwrap();
-        assert_eq!(out[0], Outcome::NoLimit);
-        assert!(matches!(out[1], Outcome::Limited { ok: true, .. }));
-        assert!(rs.decide("other", &[&a], &[1], 0).is_none());
-    }
-
-    #[test]
-    fn zero_requests_per_unit_always_over_and_unlimited_always_ok() {
-        let yaml = "domain: d\ndescriptors:\n  - key: z\n    rate_limit: {unit: minute, requests_per_unit: 0}\n  - key: u\n    rate_limit: {unlimited: true}\n";
-        let rs = set(yaml, None);
-        assert_eq!(oks(&rs, &[&[e("z", "1")]], 1, 0), [false]);
-        assert_eq!(
-            rs.decide("d", &[&[e("u", "1")]], &[1_000_000], 0).unwrap()[0],
-            Outcome::Unlimited
-        );
-    }
-
-    #[test]
-    fn reload_keeps_state_of_unchanged_limits_and_applies_new_limits() {
-        let rs = set(YAML, None);
-        let a = [e("ip", "a")];
-        assert_eq!(oks(&rs, &[&a, &a], 1, 0), [true, true]);
-        let same = set(YAML, Some(&rs));
-        assert_eq!(oks(&same, &[&a], 1, 1), [false], "state carried over");
-        let raised = set(
-            &YAML.replace("requests_per_unit: 2", "requests_per_unit: 3"),
-            Some(&same),
-        );
-        assert_eq!(
-            oks(&raised, &[&a, &a], 1, 2),
-            [true, false],
-            "count kept, new limit applied"
-        );
-        let per_minute = set(
-            &YAML.replace(
-                "{unit: second, requests_per_unit: 2}",
-                "{unit: minute, requests_per_unit: 2}",
-            ),
-            Some(&raised),
-        );
-        assert_eq!(
-            oks(&per_minute, &[&a, &a, &a], 1, 3),
-            [true, true, false],
-            "a new window is a new table"
-        );
-    }
-
-    #[test]
-    fn a_full_table_evicts_and_counts_it() {
-        let d = Domain::from_yaml("t.yaml", YAML).unwrap();
-        let rs = RuleSet::build(
-            vec![("t.yaml".into(), d)],
-            None,
-            TableSettings { keys_per_limit: 8 },
-        )
-        .unwrap();
-        let values: Vec<[Entry; 1]> = (0..200).map(|i| [e("ip", &i.to_string())]).collect();
-        for v in &values {
-            assert_eq!(oks(&rs, &[v], 1, 0), [true]);
-        }
-        let ip = rs.rules().find(|r| r.def.full_key == "d.ip").unwrap();
-        assert!(ip.evicted() > 0);
-        assert_eq!(ip.metrics().count(HitResult::Allowed), 200);
-    }
-
-    #[test]
-    fn build_refuses_duplicate_domains_bounds_and_unknown_algorithms() {
-        let d = || Domain::from_yaml("a.yaml", YAML).unwrap();
-        let err = RuleSet::build(
-            vec![("a.yaml".into(), d()), ("b.yaml".into(), d())],
-            None,
-            SETTINGS,
-        )
-        .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "b.yaml: duplicate domain 'd' in config file"
-        );
-        let big = Domain::from_yaml(
-            "c.yaml",
-            &YAML.replace("requests_per_unit: 2", "requests_per_unit: 4000000000"),
-        )
-        .unwrap();
-        let err = RuleSet::build(vec![("c.yaml".into(), big)], None, SETTINGS)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("c.yaml: descriptor 'd.ip': requests_per_unit: limit is too large"),
-            "{err}"
-        );
-        let alg = Domain::from_yaml(
-            "e.yaml",
-            &YAML.replace(
-                "requests_per_unit: 2}",
-                "requests_per_unit: 2, algorithm: nope}",
-            ),
-        )
-        .unwrap();
-        let err = RuleSet::build(vec![("e.yaml".into(), alg)], None, SETTINGS)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("algorithm 'nope'"), "{err}");
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;

@@ -24,9 +24,10 @@ pub mod engine;
 pub mod metrics;
 pub mod server;
 pub mod service;
+pub mod toml_domain;
 pub mod yaml;
 
-pub use engine::{Outcome, Rule, RuleSet, TableSettings};
+pub use engine::{Limited, Outcome, Rule, RuleSet, Source, TableSettings};
 pub use server::{
     build_rules, read_sources, shutdown_signal, BindError, Bound, Config, SERVICE_NAME,
 };

@@ -269,19 +269,18 @@ pub fn render_rule(out: &mut String, rule: &str, shadow: bool, m: &RuleMetrics) 
     }
 }
 
-/// Evictions from each limit's full table.
-pub fn render_evicted<'a>(out: &mut String, rules: impl Iterator<Item = (&'a str, u64)>) {
-    let _ = writeln!(out, "# HELP sluicegate_server_rule_keys_evicted_total Values evicted from a full limit table (each started a fresh window).");
+/// Values each limit's table could not hold as they were: evicted (started afresh)
+/// or rejected (denied until an entry frees up).
+pub fn render_dropped<'a>(out: &mut String, rules: impl Iterator<Item = (&'a str, (u64, u64))>) {
+    let _ = writeln!(out, "# HELP sluicegate_server_rule_keys_dropped_total Descriptor values a full limit table evicted or rejected.");
     let _ = writeln!(
         out,
-        "# TYPE sluicegate_server_rule_keys_evicted_total counter"
+        "# TYPE sluicegate_server_rule_keys_dropped_total counter"
     );
-    for (rule, n) in rules {
-        let _ = writeln!(
-            out,
-            "sluicegate_server_rule_keys_evicted_total{{rule=\"{}\"}} {n}",
-            escape_label(rule)
-        );
+    for (rule, (evicted, rejected)) in rules {
+        let rule = escape_label(rule);
+        let _ = writeln!(out, "sluicegate_server_rule_keys_dropped_total{{rule=\"{rule}\",reason=\"evicted\"}} {evicted}");
+        let _ = writeln!(out, "sluicegate_server_rule_keys_dropped_total{{rule=\"{rule}\",reason=\"rejected\"}} {rejected}");
     }
 }
 

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::engine::Source;
 use crate::engine::{RuleSet, TableSettings};
 use crate::service::{RateLimiter, ServiceSettings, Shared};
 use crate::yaml::{ConfigError, Domain};
@@ -22,7 +23,8 @@ pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// Everything the server is started with (flags, environment).
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// A YAML file, or a directory of `*.yaml` / `*.yml` files (one domain each).
+    /// A config file, or a directory of them (one domain each): envoyproxy/ratelimit
+    /// YAML (`*.yaml`, `*.yml`) or a TOML policy (`<domain>.toml`).
     pub config_path: PathBuf,
     /// Where the gRPC services listen.
     pub grpc: SocketAddr,
@@ -37,7 +39,7 @@ pub struct Config {
 }
 
 /// The config files under `path` with their text: the file itself, or the
-/// directory's `*.yaml` / `*.yml` files (not hidden ones, not subdirectories) in
+/// directory's `*.yaml`, `*.yml` and `*.toml` files (not hidden ones, not subdirectories) in
 /// name order.
 pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
     let err = |p: &Path, e: std::io::Error| ConfigError {
@@ -50,8 +52,10 @@ pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
         for entry in std::fs::read_dir(path).map_err(|e| err(path, e))? {
             let p = entry.map_err(|e| err(path, e))?.path();
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-            let yaml = p.extension().is_some_and(|x| x == "yaml" || x == "yml");
-            if yaml && !name.starts_with('.') && p.is_file() {
+            let known = p
+                .extension()
+                .is_some_and(|x| x == "yaml" || x == "yml" || x == "toml");
+            if known && !name.starts_with('.') && p.is_file() {
                 files.push(p);
             }
         }
@@ -59,7 +63,7 @@ pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
         if files.is_empty() {
             return Err(ConfigError {
                 file: path.display().to_string(),
-                message: "no *.yaml or *.yml files in the directory".into(),
+                message: "no *.yaml, *.yml or *.toml files in the directory".into(),
             });
         }
         files
@@ -82,11 +86,43 @@ pub fn build_rules(
     old: Option<&RuleSet>,
     settings: TableSettings,
 ) -> Result<RuleSet, ConfigError> {
-    let domains = sources
+    let parsed = sources
         .iter()
-        .map(|(file, text)| Domain::from_yaml(file, text).map(|d| (file.clone(), d)))
+        .map(|(file, text)| parse_source(file, text).map(|s| (file.clone(), s)))
         .collect::<Result<Vec<_>, _>>()?;
-    RuleSet::build(domains, old, settings)
+    RuleSet::build(parsed, old, settings)
+}
+
+/// One file: a TOML policy for the domain named by its stem, else YAML.
+fn parse_source(file: &str, text: &str) -> Result<Source, ConfigError> {
+    let path = Path::new(file);
+    if path.extension().is_none_or(|x| x != "toml") {
+        return Domain::from_yaml(file, text).map(Source::Yaml);
+    }
+    let err = |message: String| ConfigError {
+        file: file.to_owned(),
+        message,
+    };
+    let domain = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| err("a TOML policy's file name is its domain: <domain>.toml".into()))?;
+    // The policy's own errors read `file:line:column: error: …`; keep them whole.
+    sluicegate_policy::PolicyDef::parse(text, Some(file)).map_err(|e| {
+        let text = e.to_string();
+        match text.split_once(": ") {
+            Some((at, rest)) if at.starts_with(file) => ConfigError {
+                file: at.to_owned(),
+                message: rest.to_owned(),
+            },
+            _ => err(text),
+        }
+    })?;
+    Ok(Source::Toml {
+        domain: domain.to_owned(),
+        text: text.to_owned(),
+    })
 }
 
 /// A server whose configuration is loaded and whose ports are bound.

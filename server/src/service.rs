@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    rate_limit, Code, DescriptorStatus, RateLimit,
+    Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -68,18 +68,25 @@ impl Shared {
         let mut out = String::new();
         self.metrics.render(&mut out);
         crate::metrics::render_rule_header(&mut out);
-        let rules = self.rules();
-        let mut all: Vec<_> = rules.rules().collect();
-        all.sort_by(|a, b| a.def.full_key.cmp(&b.def.full_key));
-        for r in &all {
-            crate::metrics::render_rule(&mut out, &r.def.full_key, r.def.shadow, r.metrics());
+        let now_ns = unix_now_ns();
+        let rows = self.rules().metric_rows(now_ns);
+        for (rule, shadow, m, _) in &rows {
+            crate::metrics::render_rule(&mut out, rule, *shadow, m);
         }
-        crate::metrics::render_evicted(
+        crate::metrics::render_dropped(
             &mut out,
-            all.iter().map(|r| (r.def.full_key.as_str(), r.evicted())),
+            rows.iter().map(|(rule, _, _, d)| (rule.as_str(), *d)),
         );
         out
     }
+}
+
+/// Nanoseconds since the Unix epoch: the clock every limit is decided on, so fixed
+/// windows are aligned like envoyproxy/ratelimit's (0 if the clock is before 1970).
+pub fn unix_now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The gRPC service.
@@ -168,22 +175,20 @@ impl RateLimiter {
             ));
         }
         let hits = self.hits(req)?;
-        let now_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let now_ns = unix_now_ns();
         let entries: Vec<&[Entry]> = req
             .descriptors
             .iter()
             .map(|d| d.entries.as_slice())
             .collect();
         let rules = self.shared.rules();
-        let outcomes = rules.decide(&req.domain, &entries, &hits, now_ns);
+        let headers = self.shared.settings.response_headers;
+        let outcomes = rules.decide(&req.domain, &entries, &hits, now_ns, headers);
         let mut resp = RateLimitResponse {
             overall_code: Code::Ok as i32,
             ..Default::default()
         };
-        let mut policy = Vec::new();
-        let mut remaining = Vec::new();
+        let (mut policy, mut remaining) = (Vec::new(), Vec::new());
         let Some(outcomes) = outcomes else {
             for _ in 0..entries.len() {
                 self.shared.metrics.no_limit(true);
@@ -208,45 +213,24 @@ impl RateLimiter {
                     limit_remaining: u32::MAX,
                     ..Default::default()
                 },
-                Outcome::Limited {
-                    rule,
-                    ok,
-                    remaining: left,
-                    reset_ns,
-                    ..
-                } => {
-                    let code = if ok { Code::Ok } else { Code::OverLimit };
-                    if !ok {
+                Outcome::Limited(l) => {
+                    let code = if l.ok { Code::Ok } else { Code::OverLimit };
+                    if !l.ok {
                         resp.overall_code = Code::OverLimit as i32;
                     }
-                    let (requests_per_unit, unit) = match &rule.def.kind {
-                        crate::yaml::LimitKind::Rate {
-                            requests_per_unit,
-                            unit,
-                            ..
-                        } => (*requests_per_unit, *unit),
-                        crate::yaml::LimitKind::Unlimited => (0, rate_limit::Unit::Unknown),
-                    };
-                    let reset_secs = reset_ns.div_ceil(1_000_000_000);
-                    let left = u32::try_from(left).unwrap_or(u32::MAX);
-                    if self.shared.settings.response_headers {
-                        let name = sf_string(if rule.def.name.is_empty() {
-                            &rule.def.full_key
-                        } else {
-                            &rule.def.name
-                        });
-                        let window = rule.rate().map_or(0, |(_, s)| s);
-                        policy.push(format!("{name};q={requests_per_unit};w={window}"));
-                        remaining.push(format!("{name};r={left};t={reset_secs}"));
+                    if let Some((p, r)) = l.headers {
+                        policy.push(p);
+                        remaining.push(r);
                     }
+                    let reset_secs = l.reset_ns.div_ceil(1_000_000_000);
                     DescriptorStatus {
                         code: code as i32,
                         current_limit: Some(RateLimit {
-                            name: rule.def.name.clone(),
-                            requests_per_unit,
-                            unit: unit as i32,
+                            name: l.name.into_owned(),
+                            requests_per_unit: l.requests_per_unit,
+                            unit: l.unit as i32,
                         }),
-                        limit_remaining: left,
+                        limit_remaining: u32::try_from(l.remaining).unwrap_or(u32::MAX),
                         duration_until_reset: Some(PbDuration {
                             seconds: i64::try_from(reset_secs).unwrap_or(i64::MAX),
                             nanos: 0,
@@ -272,7 +256,7 @@ impl RateLimiter {
 
 /// A structured-field string (RFC 9651): quoted, `\` and `"` escaped, anything
 /// outside printable ASCII replaced by `?`.
-fn sf_string(s: &str) -> String {
+pub(crate) fn sf_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -317,7 +301,7 @@ mod tests {
         let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3, name: \"per \\\"k\\\"\"}\n  - key: free\n    rate_limit: {unlimited: true}\n";
         let d = Domain::from_yaml("s.yaml", yaml).unwrap();
         let rules = RuleSet::build(
-            vec![("s.yaml".into(), d)],
+            vec![("s.yaml".into(), crate::engine::Source::Yaml(d))],
             None,
             TableSettings { keys_per_limit: 64 },
         )
@@ -367,7 +351,11 @@ mod tests {
         let limit = st[0].current_limit.as_ref().unwrap();
         assert_eq!(
             (limit.requests_per_unit, limit.unit),
-            (3, rate_limit::Unit::Hour as i32)
+            (
+                3,
+                envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit::Hour
+                    as i32
+            )
         );
         let reset = st[0].duration_until_reset.as_ref().unwrap().seconds;
         assert!((1..=3600).contains(&reset), "{reset}");

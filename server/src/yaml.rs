@@ -115,6 +115,8 @@ pub struct LimitDef {
     pub shadow: bool,
     /// Metrics per distinct descriptor value rather than per node.
     pub detailed_metric: bool,
+    /// Entries of the descriptors this limit applies to (its depth in the tree).
+    pub depth: usize,
     /// The limit itself.
     pub kind: LimitKind,
 }
@@ -222,6 +224,7 @@ impl Domain {
             &mut level,
             &root.descriptors,
             &root.domain,
+            1,
             &mut domain.limits,
         )
         .map_err(err)?;
@@ -294,6 +297,7 @@ fn load_level(
     level: &mut Level,
     descriptors: &[YamlDescriptor],
     parent: &str,
+    depth: usize,
     limits: &mut Vec<LimitDef>,
 ) -> Result<(), String> {
     for d in descriptors {
@@ -321,9 +325,15 @@ fn load_level(
         let mut node = Node::default();
         if let Some(rl) = &d.rate_limit {
             node.limit = Some(limits.len());
-            limits.push(limit_def(rl, d, &full_key)?);
+            limits.push(limit_def(rl, d, &full_key, depth)?);
         }
-        load_level(&mut node.children, &d.descriptors, &full_key, limits)?;
+        load_level(
+            &mut node.children,
+            &d.descriptors,
+            &full_key,
+            depth + 1,
+            limits,
+        )?;
         let kc = level.by_key.entry(d.key.clone()).or_default();
         let duplicate = || format!("duplicate descriptor composite key '{full_key}'");
         if d.value.is_empty() {
@@ -347,7 +357,12 @@ fn load_level(
     Ok(())
 }
 
-fn limit_def(rl: &YamlRateLimit, d: &YamlDescriptor, full_key: &str) -> Result<LimitDef, String> {
+fn limit_def(
+    rl: &YamlRateLimit,
+    d: &YamlDescriptor,
+    full_key: &str,
+    depth: usize,
+) -> Result<LimitDef, String> {
     let unit = Unit::from_str_name(&rl.unit.to_ascii_uppercase()).filter(|u| *u != Unit::Unknown);
     let kind = if rl.unlimited {
         if unit.is_some() {
@@ -394,6 +409,7 @@ fn limit_def(rl: &YamlRateLimit, d: &YamlDescriptor, full_key: &str) -> Result<L
         replaces,
         shadow: d.shadow_mode,
         detailed_metric: d.detailed_metric,
+        depth,
         kind,
     })
 }

@@ -404,3 +404,19 @@ async fn invalid_config_binds_nothing() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn toml_policy_errors_name_the_file_line_and_column() {
+    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/fortnight\"\n";
+    let err = sluicegate_server::build_rules(
+        &[("conf/api.toml".into(), text.into())],
+        None,
+        sluicegate_server::TableSettings { keys_per_limit: 64 },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("conf/api.toml:3:12: error: rule `a`: bad limit"),
+        "{err}"
+    );
+}

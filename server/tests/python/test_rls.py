@@ -186,3 +186,20 @@ def test_reload(rls, config_dir, metrics):
 def reload_errors(text: str) -> int:
     prefix = 'sluicegate_server_config_reloads_total{result="error"} '
     return next(int(r[len(prefix):]) for r in text.splitlines() if r.startswith(prefix))
+
+
+def test_toml_policy_domain(rls):
+    tenant = fresh("t")
+    free = descriptor(("tenant", tenant), ("plan", "free"))
+    codes = [ask(rls, free, domain="api").overall_code for _ in range(3)]
+    assert codes == [OK, OK, OVER]
+    status = ask(rls, free, domain="api").statuses[0]
+    assert status.current_limit.name == "per-tenant"
+    assert (status.current_limit.requests_per_unit, status.current_limit.unit) == (
+        2,
+        rls_pb2.RateLimitResponse.RateLimit.HOUR,
+    )
+    # Another plan: only the token bucket applies.
+    paid = descriptor(("tenant", tenant), ("plan", "paid"))
+    r = ask(rls, paid, domain="api")
+    assert r.overall_code == OK and r.statuses[0].current_limit.name == "burst-guard"
