@@ -109,12 +109,25 @@ enum DomainRules {
 }
 
 /// The configuration in force: every domain and its limits.
+///
+/// ```
+/// use sluicegate_server::{build_rules, TableSettings};
+/// let sources = [("edge.yaml".to_owned(), "domain: edge\n".to_owned()), ("api.toml".to_owned(), String::new())];
+/// let rules = build_rules(&sources, None, TableSettings { keys_per_limit: 64 })?;
+/// assert_eq!(rules.domain_count(), 2);
+/// # Ok::<(), sluicegate_server::ConfigError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct RuleSet {
     domains: HashMap<String, DomainRules>,
 }
 
 /// Settings that shape the limiter tables.
+///
+/// ```
+/// let s = sluicegate_server::TableSettings { keys_per_limit: 100_000 };
+/// assert_eq!(s.keys_per_limit, 100_000);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct TableSettings {
     /// Keys each limit's table holds (the policy's `capacity`).
@@ -173,7 +186,7 @@ impl RuleSet {
     /// and counters of `old`'s limits: a YAML limit by its full key, a TOML domain by
     /// its rules' names (the policy's reload rules). Everything is validated before
     /// `old` is touched, so a failure leaves the rules in force as they were.
-    pub fn build(
+    pub(crate) fn build(
         sources: Vec<(String, Source)>,
         old: Option<&RuleSet>,
         settings: TableSettings,
@@ -246,6 +259,11 @@ impl RuleSet {
     }
 
     /// Number of configured domains.
+    ///
+    /// ```
+    /// # use sluicegate_server::RuleSet;
+    /// assert_eq!(RuleSet::default().domain_count(), 0);
+    /// ```
     pub fn domain_count(&self) -> usize {
         self.domains.len()
     }
@@ -253,7 +271,7 @@ impl RuleSet {
     /// Decides every descriptor of one request at `now_ns` (Unix nanoseconds), with
     /// `hits[i]` units for descriptor `i`; `headers` also formats the `RateLimit`
     /// items. `None` when the domain is unknown (every descriptor OK, as upstream).
-    pub fn decide<'a>(
+    pub(crate) fn decide<'a>(
         &'a self,
         domain: &str,
         descriptors: &[&[Entry]],
@@ -310,7 +328,7 @@ impl RuleSet {
     }
 
     /// Every domain's per-rule series, for `/metrics`.
-    pub fn metric_rows(&self, now_ns: u64) -> Vec<MetricRow> {
+    pub(crate) fn metric_rows(&self, now_ns: u64) -> Vec<MetricRow> {
         let mut rows = Vec::new();
         for rules in self.domains.values() {
             match rules {
@@ -480,6 +498,7 @@ impl Rule {
     }
 
     /// This rule's counters.
+    #[cfg(test)]
     pub fn metrics(&self) -> &RuleMetrics {
         &self.metrics
     }

@@ -20,16 +20,16 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-pub mod engine;
-pub mod metrics;
-pub mod server;
-pub mod service;
-pub mod toml_domain;
-pub mod yaml;
+mod engine;
+mod metrics;
+mod server;
+mod service;
+mod toml_domain;
+mod yaml;
 
-pub use engine::{Limited, Outcome, Rule, RuleSet, Source, TableSettings};
+pub use engine::{RuleSet, TableSettings};
 pub use server::{
     build_rules, read_sources, shutdown_signal, BindError, Bound, Config, SERVICE_NAME,
 };
-pub use service::{RateLimiter, ServiceSettings, Shared};
+pub use service::ServiceSettings;
 pub use yaml::{unit_seconds, ConfigError, Domain, LimitDef, LimitKind};

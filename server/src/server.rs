@@ -18,9 +18,28 @@ use crate::service::{RateLimiter, ServiceSettings, Shared};
 use crate::yaml::{ConfigError, Domain};
 
 /// The gRPC service name Envoy calls, also reported by `grpc.health.v1`.
+///
+/// ```
+/// assert!(sluicegate_server::SERVICE_NAME.ends_with("RateLimitService"));
+/// ```
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
 /// Everything the server is started with (flags, environment).
+///
+/// ```
+/// use std::time::Duration;
+/// use sluicegate_server::{Config, ServiceSettings};
+/// let config = Config {
+///     config_path: "ratelimit/".into(),
+///     grpc: "127.0.0.1:8081".parse()?,
+///     http: "127.0.0.1:8080".parse()?,
+///     reload_interval: Duration::from_secs(1),
+///     keys_per_limit: 131_072,
+///     service: ServiceSettings { max_hits_addend: 1_000_000_000, response_headers: false },
+/// };
+/// assert_eq!(config.grpc.port(), 8081);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Config {
     /// A config file, or a directory of them (one domain each): envoyproxy/ratelimit
@@ -41,6 +60,19 @@ pub struct Config {
 /// The config files under `path` with their text: the file itself, or the
 /// directory's `*.yaml`, `*.yml` and `*.toml` files (not hidden ones, not subdirectories) in
 /// name order.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("sg-read-sources-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("b.yaml"), "domain: b\n")?;
+/// std::fs::write(dir.join("a.toml"), "")?;
+/// std::fs::write(dir.join("notes.txt"), "ignored")?;
+/// let files = sluicegate_server::read_sources(&dir)?;
+/// let names: Vec<_> = files.iter().map(|(f, _)| f.rsplit('/').next().unwrap()).collect();
+/// assert_eq!(names, ["a.toml", "b.yaml"]);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
     let err = |p: &Path, e: std::io::Error| ConfigError {
         file: p.display().to_string(),
@@ -80,7 +112,16 @@ pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
         .collect()
 }
 
-/// Parses and builds the rules of `sources`, taking state over from `old`.
+/// Parses and builds the rules of `sources` (file name, text), taking state over
+/// from `old`. A `*.toml` file is a policy for the domain named by its stem; any
+/// other is envoyproxy/ratelimit YAML.
+///
+/// ```
+/// use sluicegate_server::{build_rules, TableSettings};
+/// let settings = TableSettings { keys_per_limit: 64 };
+/// let bad = [("e.yaml".to_owned(), "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: lightyear}\n".to_owned())];
+/// assert!(build_rules(&bad, None, settings).unwrap_err().to_string().contains("invalid rate limit unit"));
+/// ```
 pub fn build_rules(
     sources: &[(String, String)],
     old: Option<&RuleSet>,
@@ -126,6 +167,32 @@ fn parse_source(file: &str, text: &str) -> Result<Source, ConfigError> {
 }
 
 /// A server whose configuration is loaded and whose ports are bound.
+///
+/// ```
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// use std::time::Duration;
+/// use sluicegate_server::{Bound, Config, ServiceSettings};
+/// let dir = std::env::temp_dir().join(format!("sg-bound-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("edge.yaml"), "domain: edge\n")?;
+/// let config = Config {
+///     config_path: dir.clone(),
+///     grpc: "127.0.0.1:0".parse()?,
+///     http: "127.0.0.1:0".parse()?,
+///     reload_interval: Duration::ZERO,
+///     keys_per_limit: 1024,
+///     service: ServiceSettings { max_hits_addend: 1000, response_headers: false },
+/// };
+/// let bound = Bound::bind(config).await?;
+/// let (grpc, http) = (bound.grpc_addr()?, bound.http_addr()?);
+/// assert!(grpc.port() != 0 && http.port() != 0 && grpc != http);
+/// bound.serve(async {}).await?; // a shutdown that is already due: serve, then stop
+/// assert!(tokio::net::TcpStream::connect(grpc).await.is_err());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Bound {
     config: Config,
@@ -137,7 +204,25 @@ pub struct Bound {
 
 impl Bound {
     /// Loads and validates the configuration, then binds both ports (never the
-    /// other way round: a bad config leaves no port half-open).
+    /// other way round: a bad config leaves no port half-open). See [`Bound`].
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// # use std::time::Duration;
+    /// use sluicegate_server::{BindError, Bound, Config, ServiceSettings};
+    /// let config = Config {
+    ///     config_path: "/nonexistent/sluicegate".into(),
+    ///     grpc: "127.0.0.1:0".parse()?,
+    ///     http: "127.0.0.1:0".parse()?,
+    ///     reload_interval: Duration::ZERO,
+    ///     keys_per_limit: 64,
+    ///     service: ServiceSettings { max_hits_addend: 1, response_headers: false },
+    /// };
+    /// assert!(matches!(Bound::bind(config).await, Err(BindError::Config(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub async fn bind(config: Config) -> Result<Bound, BindError> {
         let settings = TableSettings {
             keys_per_limit: config.keys_per_limit,
@@ -160,18 +245,18 @@ impl Bound {
         })
     }
 
-    /// The gRPC address actually bound (port 0 picks a free one).
+    /// The gRPC address actually bound (port 0 picks a free one); see [`Bound`].
     pub fn grpc_addr(&self) -> std::io::Result<SocketAddr> {
         self.grpc.local_addr()
     }
 
-    /// The HTTP address actually bound.
+    /// The HTTP address actually bound; see [`Bound`].
     pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
         self.http.local_addr()
     }
 
     /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING
-    /// and lets requests in flight finish.
+    /// and lets requests in flight finish; see [`Bound`].
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -322,6 +407,12 @@ async fn reload_loop(
 }
 
 /// Why the server could not start.
+///
+/// ```
+/// use sluicegate_server::{BindError, ConfigError};
+/// let e = BindError::Config(ConfigError { file: "a.yaml".into(), message: "bad".into() });
+/// assert_eq!(e.to_string(), "invalid configuration: a.yaml: bad");
+/// ```
 #[derive(Debug)]
 pub enum BindError {
     /// The configuration is invalid (nothing was bound).
@@ -342,6 +433,13 @@ impl std::fmt::Display for BindError {
 impl std::error::Error for BindError {}
 
 /// Completes on SIGTERM or Ctrl-C.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let waited = tokio::time::timeout(std::time::Duration::from_millis(10), sluicegate_server::shutdown_signal()).await;
+/// assert!(waited.is_err(), "no signal was sent");
+/// # });
+/// ```
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]

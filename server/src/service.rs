@@ -25,6 +25,11 @@ pub const MAX_DESCRIPTORS: usize = 64;
 pub const MAX_ENTRIES: usize = 64;
 
 /// What the service needs besides the rules.
+///
+/// ```
+/// let s = sluicegate_server::ServiceSettings { max_hits_addend: 1_000, response_headers: true };
+/// assert!(s.response_headers);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ServiceSettings {
     /// The largest `hits_addend` accepted; above it the request is INVALID_ARGUMENT.

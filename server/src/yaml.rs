@@ -70,6 +70,11 @@ struct YamlReplaces {
 
 /// A problem in a configuration file; `Display` names the file and, where known,
 /// the line and column or the descriptor.
+///
+/// ```
+/// let e = sluicegate_server::Domain::from_yaml("a.yaml", "domain: ''\n").unwrap_err();
+/// assert_eq!((e.file.as_str(), e.to_string().as_str()), ("a.yaml", "a.yaml: config file cannot have empty domain"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The file (or directory) at fault.
@@ -87,6 +92,12 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// What a limited descriptor node does.
+///
+/// ```
+/// use sluicegate_server::{Domain, LimitKind};
+/// let d = Domain::from_yaml("u.yaml", "domain: u\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n").unwrap();
+/// assert_eq!(d.limits()[0].kind, LimitKind::Unlimited);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LimitKind {
     /// `rate_limit: {unlimited: true}`: always OK, never counted.
@@ -103,6 +114,13 @@ pub enum LimitKind {
 }
 
 /// One `rate_limit` of the tree, with the flags of its descriptor node.
+///
+/// ```
+/// let yaml = "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1, name: n}\n";
+/// let d = sluicegate_server::Domain::from_yaml("d.yaml", yaml).unwrap();
+/// let l = &d.limits()[0];
+/// assert_eq!((l.full_key.as_str(), l.name.as_str(), l.shadow, l.depth), ("d.k", "n", true, 1));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitDef {
     /// `domain.key_value.key…`, as envoyproxy/ratelimit names the limit in stats.
@@ -255,6 +273,12 @@ impl Domain {
     }
 
     /// [`Self::resolve`] as an index into [`Self::limits`].
+    ///
+    /// ```
+    /// let d = sluicegate_server::Domain::from_yaml("x.yaml", "domain: x\ndescriptors:\n  - key: a\n  - key: b\n    rate_limit: {unit: day, requests_per_unit: 1}\n").unwrap();
+    /// assert_eq!(d.resolve_index([("b", "1")]), Some(0));
+    /// assert_eq!(d.resolve_index([("a", "1")]), None); // a node without a limit
+    /// ```
     pub fn resolve_index<'a, I>(&self, entries: I) -> Option<usize>
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
@@ -288,6 +312,11 @@ impl Domain {
     }
 
     /// Every limit of the domain, in file order.
+    ///
+    /// ```
+    /// let d = sluicegate_server::Domain::from_yaml("x.yaml", "domain: x\n").unwrap();
+    /// assert!(d.limits().is_empty());
+    /// ```
     pub fn limits(&self) -> &[LimitDef] {
         &self.limits
     }
