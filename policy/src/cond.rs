@@ -80,7 +80,7 @@ impl Cidr {
         Ok(Cidr { addr, prefix })
     }
 
-    fn contains(&self, a: &IpAddr) -> bool {
+    pub(crate) fn contains(&self, a: &IpAddr) -> bool {
         let a = match (self.addr, *a) {
             // An IPv4-mapped IPv6 peer (::ffff:a.b.c.d) matches IPv4 blocks.
             (IpAddr::V4(_), IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {

@@ -251,6 +251,7 @@ impl RuleDef {
             && self.backend == o.backend
             && self.capacity == o.capacity
             && self.stripes == o.stripes
+            && (self.backend == Backend::Local || self.on_error == o.on_error)
     }
 }
 

@@ -14,6 +14,7 @@
 //! * [`Policy::reload_from_toml`], [`Watcher`]: hot reload keeping state.
 //! * [`Policy::metrics_text`]: Prometheus text.
 //! * [`RemoteFactory`]: the seam for `redis` and `hybrid` rules.
+//! * `PolicyLayer` (feature `tower`): a tower layer for axum and hyper services.
 //!
 //! ```
 //! use sluicegate_policy::Policy;
@@ -49,6 +50,8 @@ mod decision;
 mod def;
 mod diag;
 mod key;
+#[cfg(feature = "tower")]
+mod layer;
 mod metrics;
 mod policy;
 mod raw;
@@ -61,6 +64,13 @@ pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
 pub use decision::{Decision, RuleDecision};
 pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef};
 pub use diag::{Code, Diagnostic, Error, Severity};
+#[cfg(feature = "tower")]
+pub use layer::{ExtraAttrs, PolicyLayer, PolicyService};
 pub use metrics::RuleStats;
 pub use policy::{Policy, PolicyBuilder};
 pub use reload::{Reloaded, Watcher};
+
+/// The crate README's Rust snippet, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{Limiter, RemoteFactory};
-use crate::def::PolicyDef;
+use crate::def::{Backend, PolicyDef};
 use crate::diag::{Code, Diagnostic, Error, Severity};
 use crate::metrics::RuleMetrics;
 use crate::policy::{compile, read, Compiled, Policy};
@@ -53,6 +53,7 @@ pub(crate) fn plan(
                 && p.def.backend() == rule.backend()
                 && p.def.capacity() == rule.capacity()
                 && p.def.stripes() == rule.stripes()
+                && (rule.backend() == Backend::Local || p.def.on_error() == rule.on_error())
         });
         if let Some(p) = same_shape {
             if p.limiter.set_spec(rule.spec()).is_ok() {
@@ -264,7 +265,8 @@ pub struct Watcher {
 
 impl Watcher {
     /// Polls `path` every `interval` (a reload is in force within about one
-    /// interval of the write) on a thread of its own.
+    /// interval of the write) on a thread of its own. The file's content now is
+    /// the baseline: the policy should have been loaded from it.
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
@@ -282,10 +284,12 @@ impl Watcher {
         let path: PathBuf = path.as_ref().to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        // Read now, not on the thread: a write right after spawn returns must be
+        // seen as a change.
+        let mut last = std::fs::read(&path).ok();
         let thread = std::thread::Builder::new()
             .name("sluicegate-policy-watch".into())
             .spawn(move || {
-                let mut last = std::fs::read(&path).ok();
                 while !flag.load(Ordering::Acquire) {
                     std::thread::park_timeout(interval);
                     let now = std::fs::read(&path).ok();
