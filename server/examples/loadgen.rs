@@ -74,12 +74,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (a, Some(s))
         }
     };
+    let cpu_before = process_cpu_secs();
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.client_threads)
         .enable_all()
         .build()?;
-    let report = client_rt.block_on(run(&args, addr))?;
-    println!("{report}");
+    let (report, decisions) = client_rt.block_on(run(&args, addr))?;
+    // CPU this process spent per decision (client, plus the server when it runs
+    // in-process), warm-up included: what 2 idle cores would sustain, whatever
+    // else the machine was doing during the run.
+    let cpu = match (cpu_before, process_cpu_secs()) {
+        (Some(a), Some(b)) if decisions > 0 => {
+            let us = (b - a) * 1e6 / decisions as f64;
+            format!(
+                ", {us:.1} us CPU per decision ({} process)",
+                if args.addr.is_some() {
+                    "client"
+                } else {
+                    "client + server"
+                }
+            )
+        }
+        _ => String::new(),
+    };
+    println!("{report}{cpu}");
     Ok(())
 }
 
@@ -117,6 +135,17 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
     Ok((addr, (rt, tx)))
 }
 
+/// User + system CPU seconds of this process (Linux `/proc`, USER_HZ = 100).
+fn process_cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may contain spaces) start at `) `.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
 fn request(value: u64) -> RateLimitRequest {
     RateLimitRequest {
         domain: "bench".into(),
@@ -133,11 +162,13 @@ fn request(value: u64) -> RateLimitRequest {
 
 struct TaskResult {
     latencies_ns: Vec<u64>,
+    sent: u64,
     over: u64,
     errors: u64,
 }
 
-async fn run(args: &Args, addr: SocketAddr) -> Result<String, Box<dyn std::error::Error>> {
+/// The report line and the number of requests sent (warm-up included).
+async fn run(args: &Args, addr: SocketAddr) -> Result<(String, u64), Box<dyn std::error::Error>> {
     let mut channels = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         channels.push(
@@ -163,6 +194,7 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<String, Box<dyn std::error
                 latencies_ns: Vec::with_capacity(1 << 16),
                 over: 0,
                 errors: 0,
+                sent: 0,
             };
             // Spread the tasks' first values and, in open loop, their start times.
             let mut i = (t as u64).wrapping_mul(7919) % distinct;
@@ -183,6 +215,7 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<String, Box<dyn std::error
                 }
                 let answer = client.should_rate_limit(request(i)).await;
                 let done = Instant::now();
+                res.sent += 1;
                 i = (i + 1) % distinct;
                 if sent < start + warmup {
                     continue;
@@ -199,9 +232,10 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<String, Box<dyn std::error
         }));
     }
     let mut all = Vec::new();
-    let (mut over, mut errors) = (0, 0);
+    let (mut over, mut errors, mut sent) = (0, 0, 0);
     for t in tasks {
         let r = t.await?;
+        sent += r.sent;
         all.extend(r.latencies_ns);
         over += r.over;
         errors += r.errors;
@@ -216,7 +250,7 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<String, Box<dyn std::error
         || "closed loop".to_owned(),
         |r| format!("open loop {r:.0}/s"),
     );
-    Ok(format!(
+    let line = format!(
         "distinct={} {mode} concurrency={} connections={}: {:.0} decisions/s, p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us, over_limit {:.1}%, errors {errors}",
         args.distinct,
         args.concurrency,
@@ -226,5 +260,6 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<String, Box<dyn std::error
         pct(0.99),
         pct(0.999),
         100.0 * over as f64 / n.max(1) as f64,
-    ))
+    );
+    Ok((line, sent))
 }
