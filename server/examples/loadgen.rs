@@ -10,8 +10,10 @@
 //! runtime, `--server-threads` workers) with one per-second limit keyed by the
 //! descriptor value; `--distinct` values are cycled through. `--rate` switches from
 //! closed loop (as fast as answers come back) to an open loop at that many requests
-//! per second, latency measured from each request's scheduled time (no coordinated
-//! omission).
+//! per second. Latency is measured from the moment each request is sent; in open
+//! loop the lag of sends behind their schedule (tokio's timer has 1 ms
+//! granularity, and a saturated client falls behind) is reported apart, so that
+//! coordinated omission shows instead of hiding.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -135,6 +137,12 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
     Ok((addr, (rt, tx)))
 }
 
+/// The `p` quantile of sorted nanoseconds, in microseconds (0 when empty).
+fn percentile_us(sorted: &[u64], p: f64) -> f64 {
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+    sorted.get(i).copied().unwrap_or(0) as f64 / 1000.0
+}
+
 /// User + system CPU seconds of this process (Linux `/proc`, USER_HZ = 100).
 fn process_cpu_secs() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -162,6 +170,7 @@ fn request(value: u64) -> RateLimitRequest {
 
 struct TaskResult {
     latencies_ns: Vec<u64>,
+    lag_ns: Vec<u64>,
     sent: u64,
     over: u64,
     errors: u64,
@@ -192,6 +201,7 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<(String, u64), Box<dyn std
         tasks.push(tokio::spawn(async move {
             let mut res = TaskResult {
                 latencies_ns: Vec::with_capacity(1 << 16),
+                lag_ns: Vec::new(),
                 over: 0,
                 errors: 0,
                 sent: 0,
@@ -201,17 +211,22 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<(String, u64), Box<dyn std
             let mut next = start + per_task_interval.map_or(Duration::ZERO, |iv| iv.mul_f64(phase));
             let end = start + warmup + measure;
             loop {
-                let sent = match per_task_interval {
+                let scheduled = match per_task_interval {
                     Some(iv) => {
                         let scheduled = next;
                         tokio::time::sleep_until(scheduled.into()).await;
                         next += iv;
-                        scheduled
+                        Some(scheduled)
                     }
-                    None => Instant::now(),
+                    None => None,
                 };
-                if sent >= end {
+                let sent = Instant::now();
+                if scheduled.unwrap_or(sent) >= end {
                     break;
+                }
+                if let Some(s) = scheduled.filter(|_| sent >= start + warmup) {
+                    res.lag_ns
+                        .push(u64::try_from((sent - s).as_nanos()).unwrap_or(u64::MAX));
                 }
                 let answer = client.should_rate_limit(request(i)).await;
                 let done = Instant::now();
@@ -231,24 +246,29 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<(String, u64), Box<dyn std
             res
         }));
     }
-    let mut all = Vec::new();
+    let (mut all, mut lag) = (Vec::new(), Vec::new());
     let (mut over, mut errors, mut sent) = (0, 0, 0);
     for t in tasks {
         let r = t.await?;
         sent += r.sent;
         all.extend(r.latencies_ns);
+        lag.extend(r.lag_ns);
         over += r.over;
         errors += r.errors;
     }
     all.sort_unstable();
+    lag.sort_unstable();
     let n = all.len() as u64;
-    let pct = |p: f64| -> f64 {
-        let i = ((p * n as f64).ceil() as usize).clamp(1, all.len().max(1)) - 1;
-        all.get(i).copied().unwrap_or(0) as f64 / 1000.0
-    };
+    let pct = |p: f64| percentile_us(&all, p);
     let mode = args.rate.map_or_else(
         || "closed loop".to_owned(),
-        |r| format!("open loop {r:.0}/s"),
+        |r| {
+            format!(
+                "open loop {r:.0}/s (send lag p50 {:.0} us, p99 {:.0} us)",
+                percentile_us(&lag, 0.5),
+                percentile_us(&lag, 0.99)
+            )
+        },
     );
     let line = format!(
         "distinct={} {mode} concurrency={} connections={}: {:.0} decisions/s, p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us, over_limit {:.1}%, errors {errors}",
