@@ -1,6 +1,8 @@
 //! Unit tests of the engine (a file of its own to keep engine.rs short).
 
 use super::*;
+use crate::metrics::HitResult;
+use crate::yaml::Domain;
 
 const SETTINGS: TableSettings = TableSettings {
     keys_per_limit: 1024,

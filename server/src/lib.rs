@@ -26,6 +26,7 @@ mod server;
 mod service;
 mod toml_domain;
 mod yaml;
+mod yaml_rule;
 
 pub use engine::{RuleSet, TableSettings};
 pub use server::{
