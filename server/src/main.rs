@@ -14,7 +14,8 @@ use sluicegate_server::{BindError, Bound, Config, ServiceSettings};
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// envoyproxy/ratelimit YAML: a file, or a directory of *.yaml / *.yml files.
+    /// A config file or a directory of them, one domain each: envoyproxy/ratelimit
+    /// YAML (*.yaml, *.yml) or a TOML policy (<domain>.toml).
     #[arg(long, env = "SLUICEGATE_CONFIG")]
     config: PathBuf,
     /// Address of the gRPC listener (RateLimitService and grpc.health.v1).
@@ -26,7 +27,8 @@ struct Args {
     /// Seconds between checks of the config for changes (0: no hot reload).
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL", default_value_t = 1.0)]
     reload_interval: f64,
-    /// Distinct descriptor values each limit tracks at once (16 bytes each).
+    /// Distinct descriptor values each YAML limit tracks at once; when all are live,
+    /// a new value is over the limit until one frees up.
     #[arg(long, env = "SLUICEGATE_KEYS_PER_LIMIT", default_value_t = 131_072)]
     keys_per_limit: usize,
     /// Largest hits_addend accepted; larger requests get INVALID_ARGUMENT.
