@@ -276,3 +276,47 @@ fn a_toml_domain_checks_descriptor_entries_as_attributes() {
     assert!(shadow.1);
     assert_eq!(shadow.2.count(HitResult::ShadowDenied), 3);
 }
+
+#[test]
+fn a_toml_domain_reloads_in_place_keeping_state() {
+    let toml = |n: u32| {
+        format!("[[rule]]\nname = \"per-user\"\nkey = [\"user\"]\nlimit = \"{n}/minute\"\nalgorithm = \"fixed_window\"\n")
+    };
+    let build = |n: u32, old: Option<&RuleSet>| {
+        let src = Source::Toml {
+            domain: "api".into(),
+            text: toml(n),
+        };
+        RuleSet::build(vec![("api.toml".into(), src)], old, SETTINGS).unwrap()
+    };
+    let ann = [e("user", "ann")];
+    let first = build(2, None);
+    assert_eq!(
+        first
+            .decide("api", &[&ann, &ann], &[1, 1], 0, false)
+            .unwrap()
+            .iter()
+            .filter(|o| matches!(o, Outcome::Limited(l) if l.ok))
+            .count(),
+        2
+    );
+    // Raised to 3: the two hits of this minute still count, one more fits.
+    let raised = build(3, Some(&first));
+    let ok: Vec<bool> = raised
+        .decide("api", &[&ann, &ann], &[1, 1], 1, false)
+        .unwrap()
+        .iter()
+        .map(|o| matches!(o, Outcome::Limited(l) if l.ok))
+        .collect();
+    assert_eq!(ok, [true, false]);
+    // Counters follow the rule's name across the reload.
+    let rows = raised.metric_rows(1);
+    let per_user = &rows.iter().find(|r| r.0 == "api.per-user").unwrap().2;
+    assert_eq!(
+        (
+            per_user.count(HitResult::Allowed),
+            per_user.count(HitResult::Denied)
+        ),
+        (3, 1)
+    );
+}
