@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use sluicegate_policy::{Decision, Mode};
 
-use crate::metrics::RuleMetrics;
+use crate::metrics::{RuleMetrics, TableCounts};
 use crate::toml_domain::TomlDomain;
 use crate::yaml::{ConfigError, Domain};
 use crate::yaml_rule::{build_rule, plan_text, Rule};
@@ -51,7 +51,7 @@ pub enum Outcome<'a> {
 
 /// One rule's series: (label `domain.…`, shadow, counters, (evicted, rejected)
 /// values of a full table).
-pub type MetricRow = (String, bool, Arc<RuleMetrics>, (u64, u64));
+pub type MetricRow = (String, bool, Arc<RuleMetrics>, TableCounts);
 
 /// One domain: a YAML descriptor tree with its limits, or a TOML policy.
 #[derive(Debug)]
@@ -256,7 +256,7 @@ impl RuleSet {
                         r.def.full_key.clone(),
                         r.def.shadow,
                         r.metrics.clone(),
-                        r.dropped(now_ns),
+                        r.table_counts(now_ns),
                     )
                 })),
                 DomainRules::Toml(t) => rows.extend(t.metric_rows(now_ns)),

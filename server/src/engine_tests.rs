@@ -148,7 +148,11 @@ fn a_full_table_denies_new_values_and_counts_them() {
     // Bounded memory never over-admits: values beyond the table wait.
     assert!((8..200).contains(&admitted), "{admitted}");
     let ip = rs.yaml_rule("d", "d.ip").unwrap();
-    assert_eq!(ip.dropped(0), (0, 200 - admitted as u64));
+    let counts = ip.table_counts(0);
+    assert_eq!(
+        (counts.evicted, counts.rejected, counts.backend_errors),
+        (0, 200 - admitted as u64, 0)
+    );
     assert_eq!(ip.metrics().count(HitResult::Denied), 200 - admitted as u64);
     // Once the window has passed, the entries are fresh and reclaimed.
     assert_eq!(oks(&rs, &[&values[199]], 1, SEC), [true]);

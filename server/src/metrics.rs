@@ -263,18 +263,73 @@ pub fn render_rule(out: &mut String, rule: &str, shadow: bool, m: &RuleMetrics) 
     }
 }
 
-/// Values each limit's table could not hold as they were: evicted (started afresh)
-/// or rejected (denied until an entry frees up).
-pub fn render_dropped<'a>(out: &mut String, rules: impl Iterator<Item = (&'a str, (u64, u64))>) {
+/// What the policy layer counts for one limit besides its decisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Values evicted from a full table (each started afresh).
+    pub evicted: u64,
+    /// New values denied because the table was full of live entries.
+    pub rejected: u64,
+    /// Decisions the rule's `on_error` made because its shared backend failed.
+    pub backend_errors: u64,
+}
+
+impl From<&sluicegate_policy::RuleStats> for TableCounts {
+    fn from(s: &sluicegate_policy::RuleStats) -> Self {
+        Self {
+            evicted: s.evictions,
+            rejected: s.rejected_keys,
+            backend_errors: s.backend_errors,
+        }
+    }
+}
+
+impl TableCounts {
+    /// Field-wise sum.
+    pub fn add(self, o: Self) -> Self {
+        Self {
+            evicted: self.evicted + o.evicted,
+            rejected: self.rejected + o.rejected,
+            backend_errors: self.backend_errors + o.backend_errors,
+        }
+    }
+}
+
+/// Each limit's [`TableCounts`].
+pub fn render_table_counts<'a>(
+    out: &mut String,
+    rules: impl Iterator<Item = (&'a str, TableCounts)> + Clone,
+) {
     let _ = writeln!(out, "# HELP sluicegate_server_rule_keys_dropped_total Descriptor values a full limit table evicted or rejected.");
     let _ = writeln!(
         out,
         "# TYPE sluicegate_server_rule_keys_dropped_total counter"
     );
-    for (rule, (evicted, rejected)) in rules {
+    for (rule, c) in rules.clone() {
         let rule = escape_label(rule);
-        let _ = writeln!(out, "sluicegate_server_rule_keys_dropped_total{{rule=\"{rule}\",reason=\"evicted\"}} {evicted}");
-        let _ = writeln!(out, "sluicegate_server_rule_keys_dropped_total{{rule=\"{rule}\",reason=\"rejected\"}} {rejected}");
+        let _ = writeln!(
+            out,
+            "sluicegate_server_rule_keys_dropped_total{{rule=\"{rule}\",reason=\"evicted\"}} {}",
+            c.evicted
+        );
+        let _ = writeln!(
+            out,
+            "sluicegate_server_rule_keys_dropped_total{{rule=\"{rule}\",reason=\"rejected\"}} {}",
+            c.rejected
+        );
+    }
+    let _ = writeln!(out, "# HELP sluicegate_server_rule_backend_errors_total Decisions a rule's on_error made because its shared backend failed.");
+    let _ = writeln!(
+        out,
+        "# TYPE sluicegate_server_rule_backend_errors_total counter"
+    );
+    for (rule, c) in rules {
+        let _ = writeln!(
+            out,
+            "sluicegate_server_rule_backend_errors_total{{rule=\"{}\"}} {}",
+            escape_label(rule),
+            c.backend_errors
+        );
     }
 }
 

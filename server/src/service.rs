@@ -78,9 +78,9 @@ impl Shared {
         for (rule, shadow, m, _) in &rows {
             crate::metrics::render_rule(&mut out, rule, *shadow, m);
         }
-        crate::metrics::render_dropped(
+        crate::metrics::render_table_counts(
             &mut out,
-            rows.iter().map(|(rule, _, _, d)| (rule.as_str(), *d)),
+            rows.iter().map(|(rule, _, _, c)| (rule.as_str(), *c)),
         );
         out
     }

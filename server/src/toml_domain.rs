@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use sluicegate_policy::{Attrs, Mode, Policy};
 
 use crate::engine::{is_shadow, Limited, MetricRow, Outcome};
-use crate::metrics::{HitResult, RuleMetrics};
+use crate::metrics::{HitResult, RuleMetrics, TableCounts};
 use crate::yaml::{unit_seconds, ConfigError};
 
 /// A descriptor's entries as policy attributes (the first entry of a key wins).
@@ -150,15 +150,16 @@ impl TomlDomain {
             .iter()
             .filter_map(|r| {
                 let m = self.metrics.get(r.name())?.clone();
-                let dropped = stats
+                let counts = stats
                     .iter()
                     .find(|s| s.name == r.name())
-                    .map_or((0, 0), |s| (s.evictions, s.rejected_keys));
+                    .map(TableCounts::from)
+                    .unwrap_or_default();
                 Some((
                     format!("{}.{}", self.domain, r.name()),
                     is_shadow(r.mode()),
                     m,
-                    dropped,
+                    counts,
                 ))
             })
             .collect()

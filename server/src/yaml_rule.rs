@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use sluicegate_policy::{Attrs, Decision, Policy, PolicyDef};
 
 use crate::engine::{Limited, Outcome, TableSettings};
-use crate::metrics::{HitResult, RuleMetrics};
+use crate::metrics::{HitResult, RuleMetrics, TableCounts};
 use crate::yaml::{unit_seconds, LimitDef, LimitKind};
 
 /// The algorithm YAML limits use unless the extension field names another: the
@@ -236,14 +236,15 @@ impl Rule {
         })
     }
 
-    /// Values (evicted, denied) because this limit's table was full.
-    pub(crate) fn dropped(&self, now_ns: u64) -> (u64, u64) {
+    /// The policy's counters of this limit's table and backend.
+    pub(crate) fn table_counts(&self, now_ns: u64) -> TableCounts {
         match &self.limiter {
             Limiter::Policy { policy, .. } => policy
                 .metrics_at(now_ns)
                 .iter()
-                .fold((0, 0), |(e, r), s| (e + s.evictions, r + s.rejected_keys)),
-            Limiter::Unlimited | Limiter::Never { .. } => (0, 0),
+                .map(TableCounts::from)
+                .fold(TableCounts::default(), TableCounts::add),
+            Limiter::Unlimited | Limiter::Never { .. } => TableCounts::default(),
         }
     }
 
