@@ -190,6 +190,7 @@ impl RuleSet {
     /// Decides every descriptor of one request at `now_ns` (Unix nanoseconds), with
     /// `hits[i]` units for descriptor `i`; `headers` also formats the `RateLimit`
     /// items. `None` when the domain is unknown (every descriptor OK, as upstream).
+    #[cfg(test)]
     pub(crate) fn decide<'a>(
         &'a self,
         domain: &str,
@@ -198,6 +199,21 @@ impl RuleSet {
         now_ns: u64,
         headers: bool,
     ) -> Option<Vec<Outcome<'a>>> {
+        self.decide_except(domain, descriptors, hits, now_ns, headers, &[])
+    }
+
+    /// [`Self::decide`], leaving the descriptors whose `skip` is true to the caller
+    /// (`NoLimit` here; a request's own limit override decides them).
+    pub(crate) fn decide_except<'a>(
+        &'a self,
+        domain: &str,
+        descriptors: &[&[Entry]],
+        hits: &[u64],
+        now_ns: u64,
+        headers: bool,
+        skip: &[bool],
+    ) -> Option<Vec<Outcome<'a>>> {
+        let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
         let (tree, rules) = match self.domains.get(domain)? {
             DomainRules::Yaml { tree, rules } => (tree, rules),
             DomainRules::Toml(t) => {
@@ -205,14 +221,25 @@ impl RuleSet {
                     descriptors
                         .iter()
                         .zip(hits)
-                        .map(|(d, &n)| t.decide(d, n, now_ns, headers))
+                        .enumerate()
+                        .map(|(i, (d, &n))| {
+                            if skipped(i) {
+                                Outcome::NoLimit
+                            } else {
+                                t.decide(d, n, now_ns, headers)
+                            }
+                        })
                         .collect(),
                 );
             }
         };
         let mut picked: Vec<Option<&Rule>> = descriptors
             .iter()
-            .map(|d| {
+            .enumerate()
+            .map(|(i, d)| {
+                if skipped(i) {
+                    return None;
+                }
                 tree.resolve_index(d.iter().map(|e| (e.key.as_str(), e.value.as_str())))
                     .and_then(|i| rules.get(i))
             })

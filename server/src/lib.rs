@@ -22,6 +22,7 @@
 
 mod engine;
 mod metrics;
+mod overrides;
 mod server;
 mod service;
 mod toml_domain;

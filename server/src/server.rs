@@ -235,7 +235,7 @@ impl Bound {
         let http = TcpListener::bind(config.http)
             .await
             .map_err(|e| BindError::Io(config.http, e))?;
-        let shared = Arc::new(Shared::new(rules, config.service));
+        let shared = Arc::new(Shared::new(rules, config.service, config.keys_per_limit));
         Ok(Bound {
             config,
             shared,

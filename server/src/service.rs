@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::{Outcome, RuleSet};
 use crate::metrics::ServerMetrics;
+use crate::overrides::Overrides;
 
 /// Descriptors one request may carry: more is refused as malformed (Envoy sends a
 /// handful; a bound keeps one request's work bounded).
@@ -46,15 +47,18 @@ pub struct Shared {
     pub metrics: ServerMetrics,
     /// Service behaviour.
     pub settings: ServiceSettings,
+    overrides: Overrides,
 }
 
 impl Shared {
-    /// Shared state starting with `rules`.
-    pub fn new(rules: RuleSet, settings: ServiceSettings) -> Self {
+    /// Shared state starting with `rules`; limit overrides' tables hold
+    /// `keys_per_limit` descriptors each.
+    pub fn new(rules: RuleSet, settings: ServiceSettings, keys_per_limit: usize) -> Self {
         Self {
             rules: RwLock::new(Arc::new(rules)),
             metrics: ServerMetrics::default(),
             settings,
+            overrides: Overrides::new(keys_per_limit),
         }
     }
 
@@ -78,6 +82,7 @@ impl Shared {
         for (rule, shadow, m, _) in &rows {
             crate::metrics::render_rule(&mut out, rule, *shadow, m);
         }
+        crate::metrics::render_rule(&mut out, "(override)", false, &self.overrides.metrics);
         crate::metrics::render_table_counts(
             &mut out,
             rows.iter().map(|(rule, _, _, c)| (rule.as_str(), *c)),
@@ -144,8 +149,10 @@ impl RateLimiter {
                     ),
                 ));
             }
-            if d.limit.is_some() {
-                return Err(self.invalid("limit_override", format!("descriptor {i}: per-descriptor limit overrides are not supported by sluicegate-server")));
+            if let Some(l) = &d.limit {
+                if let Err(e) = Overrides::unit(l.unit) {
+                    return Err(self.invalid("limit_override", format!("descriptor {i}: {e}")));
+                }
             }
             if d.is_negative_hits {
                 return Err(self.invalid("negative_hits", format!("descriptor {i}: is_negative_hits (refunds) is not supported by sluicegate-server")));
@@ -188,7 +195,29 @@ impl RateLimiter {
             .collect();
         let rules = self.shared.rules();
         let headers = self.shared.settings.response_headers;
-        let outcomes = rules.decide(&req.domain, &entries, &hits, now_ns, headers);
+        let skip: Vec<bool> = req.descriptors.iter().map(|d| d.limit.is_some()).collect();
+        let mut outcomes =
+            rules.decide_except(&req.domain, &entries, &hits, now_ns, headers, &skip);
+        for (i, d) in req.descriptors.iter().enumerate() {
+            let (Some(l), Some(slot)) = (&d.limit, outcomes.as_mut().and_then(|o| o.get_mut(i)))
+            else {
+                continue;
+            };
+            let unit = Overrides::unit(l.unit).map_err(Status::invalid_argument)?;
+            let n = hits.get(i).copied().unwrap_or(1);
+            *slot = self
+                .shared
+                .overrides
+                .decide(
+                    &req.domain,
+                    &d.entries,
+                    (l.requests_per_unit, unit),
+                    n,
+                    now_ns,
+                    headers,
+                )
+                .map_err(Status::resource_exhausted)?;
+        }
         let mut resp = RateLimitResponse {
             overall_code: Code::Ok as i32,
             ..Default::default()
@@ -317,6 +346,7 @@ mod tests {
                 max_hits_addend: 1000,
                 response_headers: headers,
             },
+            64,
         )))
     }
 
@@ -459,5 +489,62 @@ mod tests {
         // An unknown domain: every descriptor OK, no limit.
         let u = s.decide(&req("elsewhere", &[&[("k", "p")]], 1)).unwrap();
         assert_eq!((u.overall_code, u.statuses.len()), (Code::Ok as i32, 1));
+    }
+
+    #[test]
+    fn limit_overrides_replace_the_configured_limit() {
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+        let s = service(false);
+        let with = |rpu: u32, unit: i32| {
+            let mut r = req("d", &[&[("k", "o")]], 1);
+            r.descriptors[0].limit = Some(RateLimitOverride {
+                requests_per_unit: rpu,
+                unit,
+            });
+            r
+        };
+        // 1 per minute instead of the configured 3 per hour.
+        let first = s.decide(&with(1, 2)).unwrap();
+        let st = &first.statuses[0];
+        let limit = st.current_limit.as_ref().unwrap();
+        assert_eq!(
+            (st.code, limit.requests_per_unit, limit.unit),
+            (Code::Ok as i32, 1, 2)
+        );
+        assert_eq!(
+            s.decide(&with(1, 2)).unwrap().overall_code,
+            Code::OverLimit as i32
+        );
+        // The configured limit's counter was not touched.
+        assert_eq!(
+            s.decide(&req("d", &[&[("k", "o")]], 1)).unwrap().statuses[0].limit_remaining,
+            2
+        );
+        // 0 per unit: always over; an unknown unit is the request's fault.
+        assert_eq!(
+            s.decide(&with(0, 1)).unwrap().overall_code,
+            Code::OverLimit as i32
+        );
+        let e = s.decide(&with(5, 99)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(
+            e.message().contains("limit override unit 99"),
+            "{}",
+            e.message()
+        );
+        // Past MAX_OVERRIDES distinct overrides the server refuses to build more tables.
+        let mut refused = None;
+        for rpu in 1..=(crate::overrides::MAX_OVERRIDES as u32 + 1) {
+            if let Err(e) = s.decide(&with(rpu, 3)) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.unwrap();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(s
+            .shared
+            .render_metrics()
+            .contains("rule_hits_total{rule=\"(override)\",shadow=\"false\",result=\"denied\"} 2"));
     }
 }

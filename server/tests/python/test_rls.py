@@ -203,3 +203,20 @@ def test_toml_policy_domain(rls):
     paid = descriptor(("tenant", tenant), ("plan", "paid"))
     r = ask(rls, paid, domain="api")
     assert r.overall_code == OK and r.statuses[0].current_limit.name == "burst-guard"
+
+
+def test_limit_override(rls):
+    key = fresh("ov")
+    d = descriptor(("remote_address", key))
+    d.limit.CopyFrom(
+        ratelimit_pb2.RateLimitDescriptor.RateLimitOverride(
+            requests_per_unit=1, unit=rls_pb2.RateLimitResponse.RateLimit.HOUR
+        )
+    )
+    first = ask(rls, d)
+    assert first.overall_code == OK
+    assert first.statuses[0].current_limit.requests_per_unit == 1
+    assert ask(rls, d).overall_code == OVER
+    # Without the override the configured 3 per day applies, on a counter of its own.
+    plain = ask(rls, descriptor(("remote_address", key)))
+    assert (plain.overall_code, plain.statuses[0].limit_remaining) == (OK, 2)
