@@ -324,3 +324,17 @@ fn a_toml_domain_reloads_in_place_keeping_state() {
         (3, 1)
     );
 }
+
+#[test]
+fn detailed_metrics_name_the_domain_even_with_dots() {
+    let yaml = "domain: edge.example\ndescriptors:\n  - key: ip\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+    let d = Domain::from_yaml("t.yaml", yaml).unwrap();
+    let rs = RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], None, SETTINGS).unwrap();
+    rs.decide("edge.example", &[&[e("ip", "10.0.0.1")]], &[1], 0, false)
+        .unwrap();
+    let mut out = String::new();
+    for (rule, shadow, m, _) in rs.metric_rows(0) {
+        crate::metrics::render_rule(&mut out, &rule, shadow, &m);
+    }
+    assert!(out.contains("rule=\"edge.example.ip\",shadow=\"false\",value=\"edge.example.ip_10.0.0.1\",result=\"allowed\"} 1"), "{out}");
+}

@@ -123,6 +123,8 @@ pub enum LimitKind {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitDef {
+    /// The domain of the file the limit is in.
+    pub domain: String,
     /// `domain.key_value.key…`, as envoyproxy/ratelimit names the limit in stats.
     pub full_key: String,
     /// `rate_limit.name` (empty if none): what `replaces` refers to.
@@ -247,6 +249,9 @@ impl Domain {
         )
         .map_err(err)?;
         domain.root = level;
+        for l in &mut domain.limits {
+            l.domain.clone_from(&domain.name);
+        }
         Ok(domain)
     }
 
@@ -433,6 +438,7 @@ fn limit_def(
         replaces.push(r.name.clone());
     }
     Ok(LimitDef {
+        domain: String::new(),
         full_key: full_key.to_owned(),
         name: rl.name.clone(),
         replaces,

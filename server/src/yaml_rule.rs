@@ -203,7 +203,7 @@ impl Rule {
             (false, true) => HitResult::ShadowDenied,
         };
         self.metrics
-            .record(result, hits, || detailed_key(&self.def.full_key, entries));
+            .record(result, hits, || detailed_key(&self.def.domain, entries));
         let (requests_per_unit, unit) = match &self.def.kind {
             LimitKind::Rate {
                 requests_per_unit,
@@ -256,8 +256,7 @@ impl Rule {
 }
 
 /// envoyproxy/ratelimit's detailed metric key: the domain and every `key_value`.
-fn detailed_key(full_key: &str, entries: &[Entry]) -> String {
-    let domain = full_key.split('.').next().unwrap_or(full_key);
+fn detailed_key(domain: &str, entries: &[Entry]) -> String {
     let mut s = String::from(domain);
     for e in entries {
         s.push('.');
