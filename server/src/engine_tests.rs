@@ -1,0 +1,340 @@
+//! Unit tests of the engine (a file of its own to keep engine.rs short).
+
+use super::*;
+use crate::metrics::HitResult;
+use crate::yaml::Domain;
+
+const SETTINGS: TableSettings = TableSettings {
+    keys_per_limit: 1024,
+};
+const SEC: u64 = 1_000_000_000;
+
+fn set(yaml: &str, old: Option<&RuleSet>) -> RuleSet {
+    let d = Domain::from_yaml("t.yaml", yaml).unwrap();
+    RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], old, SETTINGS).unwrap()
+}
+
+fn e(k: &str, v: &str) -> Entry {
+    Entry {
+        key: k.into(),
+        value: v.into(),
+    }
+}
+
+fn oks(rs: &RuleSet, descriptors: &[&[Entry]], hits: u64, now: u64) -> Vec<bool> {
+    let hits = vec![hits; descriptors.len()];
+    rs.decide("d", descriptors, &hits, now, false)
+        .unwrap()
+        .into_iter()
+        .map(|o| match o {
+            Outcome::Limited(l) => l.ok,
+            _ => true,
+        })
+        .collect()
+}
+
+const YAML: &str = "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: shadow\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+
+#[test]
+fn each_value_counts_apart_in_aligned_windows() {
+    let rs = set(YAML, None);
+    let (a, b) = ([e("ip", "a")], [e("ip", "b")]);
+    let t = 1_700_000_000 * SEC + SEC / 2;
+    assert_eq!(oks(&rs, &[&a, &a, &a, &b], 1, t), [true, true, false, true]);
+    // The window is aligned to the second: the next one starts at the boundary.
+    assert_eq!(oks(&rs, &[&a], 1, t + SEC / 2 - 1), [false]);
+    assert_eq!(oks(&rs, &[&a], 1, t + SEC / 2), [true]);
+    let out = rs
+        .decide("d", &[&a], &[1], t + SEC / 2 + SEC / 4, false)
+        .unwrap();
+    let Outcome::Limited(l) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!((l.remaining, l.reset_ns, l.ok), (0, 3 * SEC / 4, true));
+}
+
+#[test]
+fn hits_beyond_the_limit_are_over_and_consume_nothing() {
+    let rs = set(YAML, None);
+    let a = [e("ip", "a")];
+    assert_eq!(oks(&rs, &[&a], 3, 0), [false]);
+    assert_eq!(oks(&rs, &[&a], 2, 0), [true]);
+}
+
+#[test]
+fn shadow_mode_counts_but_answers_ok() {
+    let rs = set(YAML, None);
+    let s = [e("shadow", "x")];
+    assert_eq!(oks(&rs, &[&s, &s, &s], 1, 0), [true, true, true]);
+    let m = rs.yaml_rule("d", "d.shadow").unwrap().metrics();
+    assert_eq!(
+        (
+            m.count(HitResult::Allowed),
+            m.count(HitResult::ShadowDenied)
+        ),
+        (1, 2)
+    );
+}
+
+#[test]
+fn replaces_drops_the_named_limit_and_unknown_domains_pass() {
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: base}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 5, replaces: [{name: base}]}\n";
+    let rs = set(yaml, None);
+    let (a, b) = ([e("a", "1")], [e("b", "1")]);
+    // Alone, `a` is limited to 1; with `b` in the same request it is replaced.
+    assert_eq!(oks(&rs, &[&a, &a], 1, 0), [true, false]);
+    let out = rs.decide("d", &[&a, &b], &[1, 1], 0, false).unwrap();
+    assert_eq!(out[0], Outcome::NoLimit);
+    assert!(matches!(&out[1], Outcome::Limited(l) if l.ok));
+    assert!(rs.decide("other", &[&a], &[1], 0, false).is_none());
+}
+
+#[test]
+fn zero_requests_per_unit_always_over_and_unlimited_always_ok() {
+    let yaml = "domain: d\ndescriptors:\n  - key: z\n    rate_limit: {unit: minute, requests_per_unit: 0}\n  - key: u\n    rate_limit: {unlimited: true}\n";
+    let rs = set(yaml, None);
+    assert_eq!(oks(&rs, &[&[e("z", "1")]], 1, 0), [false]);
+    assert_eq!(
+        rs.decide("d", &[&[e("u", "1")]], &[1_000_000], 0, false)
+            .unwrap()[0],
+        Outcome::Unlimited
+    );
+}
+
+#[test]
+fn reload_keeps_state_of_unchanged_limits_and_applies_new_limits() {
+    let rs = set(YAML, None);
+    let a = [e("ip", "a")];
+    assert_eq!(oks(&rs, &[&a, &a], 1, 0), [true, true]);
+    let same = set(YAML, Some(&rs));
+    assert_eq!(oks(&same, &[&a], 1, 1), [false], "state carried over");
+    let raised = set(
+        &YAML.replace("requests_per_unit: 2", "requests_per_unit: 3"),
+        Some(&same),
+    );
+    assert_eq!(
+        oks(&raised, &[&a, &a], 1, 2),
+        [true, false],
+        "count kept, new limit applied"
+    );
+    let per_minute = set(
+        &YAML.replace(
+            "{unit: second, requests_per_unit: 2}",
+            "{unit: minute, requests_per_unit: 2}",
+        ),
+        Some(&raised),
+    );
+    assert_eq!(
+        oks(&per_minute, &[&a, &a, &a], 1, 3),
+        [true, true, false],
+        "a new window is a new table"
+    );
+}
+
+#[test]
+fn a_full_table_denies_new_values_and_counts_them() {
+    let d = Domain::from_yaml("t.yaml", YAML).unwrap();
+    let rs = RuleSet::build(
+        vec![("t.yaml".into(), Source::Yaml(d))],
+        None,
+        TableSettings { keys_per_limit: 8 },
+    )
+    .unwrap();
+    let values: Vec<[Entry; 1]> = (0..200).map(|i| [e("ip", &i.to_string())]).collect();
+    let admitted = values
+        .iter()
+        .filter(|v| oks(&rs, &[*v], 1, 0) == [true])
+        .count();
+    // Bounded memory never over-admits: values beyond the table wait.
+    assert!((8..200).contains(&admitted), "{admitted}");
+    let ip = rs.yaml_rule("d", "d.ip").unwrap();
+    let counts = ip.table_counts(0);
+    assert_eq!(
+        (counts.evicted, counts.rejected, counts.backend_errors),
+        (0, 200 - admitted as u64, 0)
+    );
+    assert_eq!(ip.metrics().count(HitResult::Denied), 200 - admitted as u64);
+    // Once the window has passed, the entries are fresh and reclaimed.
+    assert_eq!(oks(&rs, &[&values[199]], 1, SEC), [true]);
+}
+
+#[test]
+fn build_refuses_duplicate_domains_bounds_and_unknown_algorithms() {
+    let d = || Domain::from_yaml("a.yaml", YAML).unwrap();
+    let err = RuleSet::build(
+        vec![
+            ("a.yaml".into(), Source::Yaml(d())),
+            ("b.yaml".into(), Source::Yaml(d())),
+        ],
+        None,
+        SETTINGS,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "b.yaml: duplicate domain 'd' in config file"
+    );
+    let big = Domain::from_yaml(
+        "c.yaml",
+        &YAML.replace("requests_per_unit: 2", "requests_per_unit: 4000000000"),
+    )
+    .unwrap();
+    let err = RuleSet::build(vec![("c.yaml".into(), Source::Yaml(big))], None, SETTINGS)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("c.yaml: descriptor 'd.ip': ") && err.contains("too large"),
+        "{err}"
+    );
+    let alg = Domain::from_yaml(
+        "e.yaml",
+        &YAML.replace(
+            "requests_per_unit: 2}",
+            "requests_per_unit: 2, algorithm: nope}",
+        ),
+    )
+    .unwrap();
+    let err = RuleSet::build(vec![("e.yaml".into(), Source::Yaml(alg))], None, SETTINGS)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("e.yaml: descriptor 'd.ip': ") && err.contains("nope"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_algorithm_extension_picks_any_kind() {
+    // A sliding window: the previous second still weighs at the start of the next.
+    let yaml = YAML.replace(
+        "requests_per_unit: 2}",
+        "requests_per_unit: 2, algorithm: sliding_window}",
+    );
+    let rs = set(&yaml, None);
+    let a = [e("ip", "a")];
+    assert_eq!(oks(&rs, &[&a, &a, &a], 1, 10 * SEC), [true, true, false]);
+    assert_eq!(
+        oks(&rs, &[&a], 1, 11 * SEC),
+        [false],
+        "a fixed window would admit"
+    );
+    assert_eq!(oks(&rs, &[&a], 1, 11 * SEC + SEC / 2), [true]);
+    // A token bucket with the same rate.
+    let rs = set(
+        &YAML.replace(
+            "requests_per_unit: 2}",
+            "requests_per_unit: 2, algorithm: token_bucket}",
+        ),
+        None,
+    );
+    assert_eq!(oks(&rs, &[&a, &a, &a], 1, 10 * SEC), [true, true, false]);
+    assert_eq!(
+        oks(&rs, &[&a], 1, 10 * SEC + SEC / 2),
+        [true],
+        "one token back after half a second"
+    );
+}
+
+#[test]
+fn a_toml_domain_checks_descriptor_entries_as_attributes() {
+    let toml = "[[rule]]\nname = \"per-user\"\nmatch = { path = \"/api/*\" }\nkey = [\"user\"]\nlimit = \"2/minute\"\n\n[[rule]]\nname = \"try\"\nlimit = \"1/minute\"\nmode = \"shadow\"\n";
+    let src = Source::Toml {
+        domain: "api".into(),
+        text: toml.into(),
+    };
+    let rs = RuleSet::build(vec![("api.toml".into(), src)], None, SETTINGS).unwrap();
+    let ann = [e("path", "/api/x"), e("user", "ann")];
+    let out = rs
+        .decide("api", &[&ann, &ann, &ann], &[1, 1, 1], 0, true)
+        .unwrap();
+    let l: Vec<&Limited> = out
+        .iter()
+        .map(|o| match o {
+            Outcome::Limited(l) => l,
+            o => panic!("{o:?}"),
+        })
+        .collect();
+    assert_eq!(
+        l.iter().map(|l| l.ok).collect::<Vec<_>>(),
+        [true, true, false]
+    );
+    assert_eq!(
+        (l[2].name.as_ref(), l[2].requests_per_unit, l[2].unit),
+        ("per-user", 2, Unit::Minute)
+    );
+    assert_eq!(l[0].headers.as_ref().unwrap().0, "\"per-user\";q=2;w=60");
+    // Only the shadow rule matches elsewhere: OK, reported with its own limit.
+    let other = [e("path", "/home")];
+    let out = rs.decide("api", &[&other], &[1], 0, false).unwrap();
+    assert!(matches!(&out[0], Outcome::Limited(l) if l.ok && l.name == "try"));
+    let rows = rs.metric_rows(0);
+    let per_user = rows.iter().find(|r| r.0 == "api.per-user").unwrap();
+    assert_eq!(
+        (
+            per_user.2.count(HitResult::Allowed),
+            per_user.2.count(HitResult::Denied)
+        ),
+        (2, 1)
+    );
+    let shadow = rows.iter().find(|r| r.0 == "api.try").unwrap();
+    assert!(shadow.1);
+    assert_eq!(shadow.2.count(HitResult::ShadowDenied), 3);
+}
+
+#[test]
+fn a_toml_domain_reloads_in_place_keeping_state() {
+    let toml = |n: u32| {
+        format!("[[rule]]\nname = \"per-user\"\nkey = [\"user\"]\nlimit = \"{n}/minute\"\nalgorithm = \"fixed_window\"\n")
+    };
+    let build = |n: u32, old: Option<&RuleSet>| {
+        let src = Source::Toml {
+            domain: "api".into(),
+            text: toml(n),
+        };
+        RuleSet::build(vec![("api.toml".into(), src)], old, SETTINGS).unwrap()
+    };
+    let ann = [e("user", "ann")];
+    let first = build(2, None);
+    assert_eq!(
+        first
+            .decide("api", &[&ann, &ann], &[1, 1], 0, false)
+            .unwrap()
+            .iter()
+            .filter(|o| matches!(o, Outcome::Limited(l) if l.ok))
+            .count(),
+        2
+    );
+    // Raised to 3: the two hits of this minute still count, one more fits.
+    let raised = build(3, Some(&first));
+    let ok: Vec<bool> = raised
+        .decide("api", &[&ann, &ann], &[1, 1], 1, false)
+        .unwrap()
+        .iter()
+        .map(|o| matches!(o, Outcome::Limited(l) if l.ok))
+        .collect();
+    assert_eq!(ok, [true, false]);
+    // Counters follow the rule's name across the reload.
+    let rows = raised.metric_rows(1);
+    let per_user = &rows.iter().find(|r| r.0 == "api.per-user").unwrap().2;
+    assert_eq!(
+        (
+            per_user.count(HitResult::Allowed),
+            per_user.count(HitResult::Denied)
+        ),
+        (3, 1)
+    );
+}
+
+#[test]
+fn detailed_metrics_name_the_domain_even_with_dots() {
+    let yaml = "domain: edge.example\ndescriptors:\n  - key: ip\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+    let d = Domain::from_yaml("t.yaml", yaml).unwrap();
+    let rs = RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], None, SETTINGS).unwrap();
+    rs.decide("edge.example", &[&[e("ip", "10.0.0.1")]], &[1], 0, false)
+        .unwrap();
+    let mut out = String::new();
+    for (rule, shadow, m, _) in rs.metric_rows(0) {
+        crate::metrics::render_rule(&mut out, &rule, shadow, &m);
+    }
+    assert!(out.contains("rule=\"edge.example.ip\",shadow=\"false\",value=\"edge.example.ip_10.0.0.1\",result=\"allowed\"} 1"), "{out}");
+}

@@ -1,0 +1,463 @@
+//! The process: configuration loading (file or directory), the two listeners (gRPC:
+//! RLS + health; HTTP: `/metrics`, `/healthz`), hot reload by polling, and graceful
+//! shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::engine::Source;
+use crate::engine::{RuleSet, TableSettings};
+use crate::service::{RateLimiter, ServiceSettings, Shared};
+use crate::yaml::{ConfigError, Domain};
+
+/// The gRPC service name Envoy calls, also reported by `grpc.health.v1`.
+///
+/// ```
+/// assert!(sluicegate_server::SERVICE_NAME.ends_with("RateLimitService"));
+/// ```
+pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// Everything the server is started with (flags, environment).
+///
+/// ```
+/// use std::time::Duration;
+/// use sluicegate_server::{Config, ServiceSettings};
+/// let config = Config {
+///     config_path: "ratelimit/".into(),
+///     grpc: "127.0.0.1:8081".parse()?,
+///     http: "127.0.0.1:8080".parse()?,
+///     reload_interval: Duration::from_secs(1),
+///     keys_per_limit: 131_072,
+///     service: ServiceSettings { max_hits_addend: 1_000_000_000, response_headers: false },
+/// };
+/// assert_eq!(config.grpc.port(), 8081);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// A config file, or a directory of them (one domain each): envoyproxy/ratelimit
+    /// YAML (`*.yaml`, `*.yml`) or a TOML policy (`<domain>.toml`).
+    pub config_path: PathBuf,
+    /// Where the gRPC services listen.
+    pub grpc: SocketAddr,
+    /// Where `/metrics` and `/healthz` listen.
+    pub http: SocketAddr,
+    /// How often the configuration is checked for changes (zero: never).
+    pub reload_interval: Duration,
+    /// Keys each limit's table holds.
+    pub keys_per_limit: usize,
+    /// Service behaviour (hits bound, response headers).
+    pub service: ServiceSettings,
+}
+
+/// The config files under `path` with their text: the file itself, or the
+/// directory's `*.yaml`, `*.yml` and `*.toml` files (not hidden ones, not subdirectories) in
+/// name order.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("sg-read-sources-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("b.yaml"), "domain: b\n")?;
+/// std::fs::write(dir.join("a.toml"), "")?;
+/// std::fs::write(dir.join("notes.txt"), "ignored")?;
+/// let files = sluicegate_server::read_sources(&dir)?;
+/// let names: Vec<_> = files.iter().map(|(f, _)| f.rsplit('/').next().unwrap()).collect();
+/// assert_eq!(names, ["a.toml", "b.yaml"]);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let err = |p: &Path, e: std::io::Error| ConfigError {
+        file: p.display().to_string(),
+        message: e.to_string(),
+    };
+    let meta = std::fs::metadata(path).map_err(|e| err(path, e))?;
+    let files = if meta.is_dir() {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| err(path, e))? {
+            let p = entry.map_err(|e| err(path, e))?.path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+            let known = p
+                .extension()
+                .is_some_and(|x| x == "yaml" || x == "yml" || x == "toml");
+            if known && !name.starts_with('.') && p.is_file() {
+                files.push(p);
+            }
+        }
+        files.sort();
+        if files.is_empty() {
+            return Err(ConfigError {
+                file: path.display().to_string(),
+                message: "no *.yaml, *.yml or *.toml files in the directory".into(),
+            });
+        }
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files
+        .into_iter()
+        .map(|p| {
+            std::fs::read_to_string(&p)
+                .map(|t| (p.display().to_string(), t))
+                .map_err(|e| err(&p, e))
+        })
+        .collect()
+}
+
+/// Parses and builds the rules of `sources` (file name, text), taking state over
+/// from `old`. A `*.toml` file is a policy for the domain named by its stem; any
+/// other is envoyproxy/ratelimit YAML.
+///
+/// ```
+/// use sluicegate_server::{build_rules, TableSettings};
+/// let settings = TableSettings { keys_per_limit: 64 };
+/// let bad = [("e.yaml".to_owned(), "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: lightyear}\n".to_owned())];
+/// assert!(build_rules(&bad, None, settings).unwrap_err().to_string().contains("invalid rate limit unit"));
+/// ```
+pub fn build_rules(
+    sources: &[(String, String)],
+    old: Option<&RuleSet>,
+    settings: TableSettings,
+) -> Result<RuleSet, ConfigError> {
+    let parsed = sources
+        .iter()
+        .map(|(file, text)| parse_source(file, text).map(|s| (file.clone(), s)))
+        .collect::<Result<Vec<_>, _>>()?;
+    RuleSet::build(parsed, old, settings)
+}
+
+/// One file: a TOML policy for the domain named by its stem, else YAML.
+fn parse_source(file: &str, text: &str) -> Result<Source, ConfigError> {
+    let path = Path::new(file);
+    if path.extension().is_none_or(|x| x != "toml") {
+        return Domain::from_yaml(file, text).map(Source::Yaml);
+    }
+    let err = |message: String| ConfigError {
+        file: file.to_owned(),
+        message,
+    };
+    let domain = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| err("a TOML policy's file name is its domain: <domain>.toml".into()))?;
+    // The policy's own errors read `file:line:column: error: …`; keep them whole.
+    sluicegate_policy::PolicyDef::parse(text, Some(file)).map_err(|e| {
+        let text = e.to_string();
+        match text.split_once(": ") {
+            Some((at, rest)) if at.starts_with(file) => ConfigError {
+                file: at.to_owned(),
+                message: rest.to_owned(),
+            },
+            _ => err(text),
+        }
+    })?;
+    Ok(Source::Toml {
+        domain: domain.to_owned(),
+        text: text.to_owned(),
+    })
+}
+
+/// A server whose configuration is loaded and whose ports are bound.
+///
+/// ```
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// use std::time::Duration;
+/// use sluicegate_server::{Bound, Config, ServiceSettings};
+/// let dir = std::env::temp_dir().join(format!("sg-bound-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("edge.yaml"), "domain: edge\n")?;
+/// let config = Config {
+///     config_path: dir.clone(),
+///     grpc: "127.0.0.1:0".parse()?,
+///     http: "127.0.0.1:0".parse()?,
+///     reload_interval: Duration::ZERO,
+///     keys_per_limit: 1024,
+///     service: ServiceSettings { max_hits_addend: 1000, response_headers: false },
+/// };
+/// let bound = Bound::bind(config).await?;
+/// let (grpc, http) = (bound.grpc_addr()?, bound.http_addr()?);
+/// assert!(grpc.port() != 0 && http.port() != 0 && grpc != http);
+/// bound.serve(async {}).await?; // a shutdown that is already due: serve, then stop
+/// assert!(tokio::net::TcpStream::connect(grpc).await.is_err());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Bound {
+    config: Config,
+    shared: Arc<Shared>,
+    sources: Vec<(String, String)>,
+    grpc: TcpListener,
+    http: TcpListener,
+}
+
+impl Bound {
+    /// Loads and validates the configuration, then binds both ports (never the
+    /// other way round: a bad config leaves no port half-open). See [`Bound`].
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// # use std::time::Duration;
+    /// use sluicegate_server::{BindError, Bound, Config, ServiceSettings};
+    /// let config = Config {
+    ///     config_path: "/nonexistent/sluicegate".into(),
+    ///     grpc: "127.0.0.1:0".parse()?,
+    ///     http: "127.0.0.1:0".parse()?,
+    ///     reload_interval: Duration::ZERO,
+    ///     keys_per_limit: 64,
+    ///     service: ServiceSettings { max_hits_addend: 1, response_headers: false },
+    /// };
+    /// assert!(matches!(Bound::bind(config).await, Err(BindError::Config(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn bind(config: Config) -> Result<Bound, BindError> {
+        let settings = TableSettings {
+            keys_per_limit: config.keys_per_limit,
+        };
+        let sources = read_sources(&config.config_path).map_err(BindError::Config)?;
+        let rules = build_rules(&sources, None, settings).map_err(BindError::Config)?;
+        let grpc = TcpListener::bind(config.grpc)
+            .await
+            .map_err(|e| BindError::Io(config.grpc, e))?;
+        let http = TcpListener::bind(config.http)
+            .await
+            .map_err(|e| BindError::Io(config.http, e))?;
+        let shared = Arc::new(Shared::new(rules, config.service, config.keys_per_limit));
+        Ok(Bound {
+            config,
+            shared,
+            sources,
+            grpc,
+            http,
+        })
+    }
+
+    /// The gRPC address actually bound (port 0 picks a free one); see [`Bound`].
+    pub fn grpc_addr(&self) -> std::io::Result<SocketAddr> {
+        self.grpc.local_addr()
+    }
+
+    /// The HTTP address actually bound; see [`Bound`].
+    pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
+        self.http.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING
+    /// and lets requests in flight finish; see [`Bound`].
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), std::io::Error> {
+        let (grpc_addr, http_addr) = (self.grpc_addr()?, self.http_addr()?);
+        let Bound {
+            config,
+            shared,
+            sources,
+            grpc,
+            http,
+        } = self;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        health
+            .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
+            .await;
+
+        let reload = tokio::spawn(reload_loop(
+            config.clone(),
+            shared.clone(),
+            sources,
+            stop_rx.clone(),
+        ));
+
+        let mut grpc_stop = stop_rx.clone();
+        let grpc_task = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health_service)
+                .add_service(RateLimitServiceServer::new(RateLimiter::new(
+                    shared.clone(),
+                )))
+                .serve_with_incoming_shutdown(tokio_incoming(grpc), async move {
+                    let _ = grpc_stop.wait_for(|s| *s).await;
+                }),
+        );
+        let metrics_shared = shared.clone();
+        let app = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let s = metrics_shared.clone();
+                    async move {
+                        (
+                            [("content-type", "text/plain; version=0.0.4")],
+                            s.render_metrics(),
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+        let mut http_stop = stop_rx.clone();
+        let http_task = tokio::spawn(async move {
+            axum::serve(http, app)
+                .with_graceful_shutdown(async move {
+                    let _ = http_stop.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        // scripts/test-server reads the bound addresses from this line.
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, domains = shared.rules().domain_count(), "serving");
+
+        shutdown.await;
+        tracing::info!("shutting down: NOT_SERVING, draining requests in flight");
+        health
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        health
+            .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::NotServing)
+            .await;
+        let _ = stop_tx.send(true);
+        let grpc_result = grpc_task.await.map_err(std::io::Error::other)?;
+        let http_result = http_task.await.map_err(std::io::Error::other)?;
+        let _ = reload.await;
+        grpc_result.map_err(std::io::Error::other)?;
+        http_result
+    }
+}
+
+/// tonic's incoming stream over a bound listener (TCP_NODELAY: answers are small).
+fn tokio_incoming(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    use tokio_stream::StreamExt as _;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}
+
+/// Polls the configuration every `reload_interval`; on a change, builds new rules
+/// (state carried over) and puts them in force, or logs the error and keeps the old
+/// rules. A failed text is not retried until it changes again.
+async fn reload_loop(
+    config: Config,
+    shared: Arc<Shared>,
+    mut seen: Vec<(String, String)>,
+    mut stop: watch::Receiver<bool>,
+) {
+    if config.reload_interval.is_zero() {
+        return;
+    }
+    let settings = TableSettings {
+        keys_per_limit: config.keys_per_limit,
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(config.reload_interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let path = config.config_path.clone();
+        let read = tokio::task::spawn_blocking(move || read_sources(&path)).await;
+        let sources = match read {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                // A missing or unreadable source is a failed reload only once per change.
+                let marker = vec![(e.file.clone(), e.message.clone())];
+                if seen != marker {
+                    tracing::error!(error = %e, "config reload failed; keeping the rules in force");
+                    shared.metrics.reload(false);
+                    seen = marker;
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if sources == seen {
+            continue;
+        }
+        let old = shared.rules();
+        match build_rules(&sources, Some(&old), settings) {
+            Ok(rules) => {
+                tracing::info!(domains = rules.domain_count(), "config reloaded");
+                shared.replace(rules);
+                shared.metrics.reload(true);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "config reload failed; keeping the rules in force");
+                shared.metrics.reload(false);
+            }
+        }
+        seen = sources;
+    }
+}
+
+/// Why the server could not start.
+///
+/// ```
+/// use sluicegate_server::{BindError, ConfigError};
+/// let e = BindError::Config(ConfigError { file: "a.yaml".into(), message: "bad".into() });
+/// assert_eq!(e.to_string(), "invalid configuration: a.yaml: bad");
+/// ```
+#[derive(Debug)]
+pub enum BindError {
+    /// The configuration is invalid (nothing was bound).
+    Config(ConfigError),
+    /// A port could not be bound.
+    Io(SocketAddr, std::io::Error),
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "invalid configuration: {e}"),
+            Self::Io(addr, e) => write!(f, "cannot listen on {addr}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BindError {}
+
+/// Completes on SIGTERM or Ctrl-C.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let waited = tokio::time::timeout(std::time::Duration::from_millis(10), sluicegate_server::shutdown_signal()).await;
+/// assert!(waited.is_err(), "no signal was sent");
+/// # });
+/// ```
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = ctrl_c => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,0 +1,422 @@
+//! End to end through a real server on 127.0.0.1 (free ports) with tonic clients:
+//! envoy-types' generated RLS client, tonic-health's health client, and a plain
+//! HTTP/1.1 GET for /metrics. Each test stops the server it started.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluicegate_server::{Bound, Config, ServiceSettings};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// Daily windows: a test never straddles a window boundary in practice.
+const EDGE: &str = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: path
+    value: /login
+    rate_limit: {unit: day, requests_per_unit: 2, name: login}
+    descriptors:
+      - key: user
+        rate_limit: {unit: day, requests_per_unit: 1}
+  - key: bulk
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: internal
+    rate_limit: {unlimited: true}
+"#;
+
+struct Running {
+    grpc: SocketAddr,
+    http: SocketAddr,
+    dir: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    async fn start(name: &str, yaml: &str) -> Running {
+        let dir =
+            std::env::temp_dir().join(format!("sluicegate-server-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("edge.yaml"), yaml).unwrap();
+        let config = Config {
+            config_path: dir.clone(),
+            grpc: "127.0.0.1:0".parse().unwrap(),
+            http: "127.0.0.1:0".parse().unwrap(),
+            reload_interval: Duration::from_millis(100),
+            keys_per_limit: 1024,
+            service: ServiceSettings {
+                max_hits_addend: 1_000_000,
+                response_headers: true,
+            },
+        };
+        let bound = Bound::bind(config).await.unwrap();
+        let (grpc, http) = (bound.grpc_addr().unwrap(), bound.http_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(bound.serve(async move {
+            let _ = rx.await;
+        }));
+        Running {
+            grpc,
+            http,
+            dir,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+    }
+
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let task = &mut self.task;
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        hits_addend: hits,
+        descriptors: descriptors
+            .iter()
+            .map(|d| RateLimitDescriptor {
+                entries: d
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+    }
+}
+
+async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    descriptors: &[&[(&str, &str)]],
+    hits: u32,
+) -> RateLimitResponse {
+    c.should_rate_limit(request("edge", descriptors, hits))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn codes(r: &RateLimitResponse) -> Vec<Code> {
+    r.statuses
+        .iter()
+        .map(|s| Code::try_from(s.code).unwrap())
+        .collect()
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn limits_per_descriptor_nested_hits_shadow_unlimited() {
+    let srv = Running::start("limits", EDGE).await;
+    let mut c = srv.client().await;
+
+    // Each remote address counts apart: 3 per day.
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&mut c, &[&[("remote_address", "10.0.0.1")]], 0)
+                .await
+                .overall_code,
+            Code::Ok as i32
+        );
+    }
+    let over = ask(&mut c, &[&[("remote_address", "10.0.0.1")]], 0).await;
+    assert_eq!(
+        (over.overall_code, codes(&over)),
+        (Code::OverLimit as i32, vec![Code::OverLimit])
+    );
+    let st = &over.statuses[0];
+    assert_eq!(st.current_limit.as_ref().unwrap().requests_per_unit, 3);
+    assert!(st.duration_until_reset.as_ref().unwrap().seconds <= 86_400);
+    assert_eq!(
+        ask(&mut c, &[&[("remote_address", "10.0.0.2")]], 0)
+            .await
+            .overall_code,
+        Code::Ok as i32
+    );
+
+    // Nested: path+user is its own limit (1/day), separate from path alone (2/day).
+    let nested: &[(&str, &str)] = &[("path", "/login"), ("user", "ann")];
+    assert_eq!(codes(&ask(&mut c, &[nested], 1).await), [Code::Ok]);
+    assert_eq!(codes(&ask(&mut c, &[nested], 1).await), [Code::OverLimit]);
+    let login: &[(&str, &str)] = &[("path", "/login")];
+    let r = ask(&mut c, &[login, nested], 1).await;
+    assert_eq!(
+        (codes(&r), r.overall_code),
+        (vec![Code::Ok, Code::OverLimit], Code::OverLimit as i32)
+    );
+
+    // hits_addend: 7 of 10, then 4 more is over, 3 fits exactly.
+    assert_eq!(
+        ask(&mut c, &[&[("bulk", "b")]], 7).await.statuses[0].limit_remaining,
+        3
+    );
+    assert_eq!(
+        codes(&ask(&mut c, &[&[("bulk", "b")]], 4).await),
+        [Code::OverLimit]
+    );
+    assert_eq!(
+        ask(&mut c, &[&[("bulk", "b")]], 3).await.statuses[0].limit_remaining,
+        0
+    );
+
+    // Shadow mode: over the limit but OK.
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&mut c, &[&[("trial", "t")]], 1).await.overall_code,
+            Code::Ok as i32
+        );
+    }
+    // Unlimited: OK with u32::MAX remaining, whatever the hits.
+    let u = ask(&mut c, &[&[("internal", "x")]], 1_000_000).await;
+    assert_eq!(
+        (u.overall_code, u.statuses[0].limit_remaining),
+        (Code::Ok as i32, u32::MAX)
+    );
+
+    // Headers when asked for: one item per limited descriptor.
+    let h = ask(&mut c, &[&[("remote_address", "10.0.0.9")]], 1)
+        .await
+        .response_headers_to_add;
+    assert_eq!(h[0].key, "RateLimit-Policy");
+    assert_eq!(h[0].value, "\"edge.remote_address\";q=3;w=86400");
+    assert!(
+        h[1].value.starts_with("\"edge.remote_address\";r=2;t="),
+        "{}",
+        h[1].value
+    );
+
+    let metrics = http_get(srv.http, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    for line in [
+        "sluicegate_server_rule_hits_total{rule=\"edge.remote_address\",shadow=\"false\",result=\"allowed\"} 5",
+        "sluicegate_server_rule_hits_total{rule=\"edge.remote_address\",shadow=\"false\",result=\"denied\"} 1",
+        "sluicegate_server_rule_hits_total{rule=\"edge.trial\",shadow=\"true\",result=\"shadow_denied\"} 2",
+        "sluicegate_server_rule_hits_total{rule=\"edge.bulk\",shadow=\"false\",result=\"denied\"} 4",
+        "sluicegate_server_decision_seconds_count 1",
+    ] {
+        assert!(metrics.contains(line), "missing {line}:\n{metrics}");
+    }
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_requests_get_invalid_argument() {
+    let srv = Running::start("malformed", EDGE).await;
+    let mut c = srv.client().await;
+    let cases = [
+        (
+            request("", &[&[("remote_address", "a")]], 1),
+            "rate limit domain must not be empty",
+        ),
+        (
+            request("edge", &[], 1),
+            "rate limit descriptor list must not be empty",
+        ),
+        (
+            request("edge", &[&[("remote_address", "a")]], u32::MAX),
+            "hits_addend 4294967295 is larger than this server's maximum 1000000",
+        ),
+        (request("edge", &[&[]], 1), "descriptor 0 has no entries"),
+    ];
+    for (req, want) in cases {
+        let e = c.should_rate_limit(req).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(want), "{} lacks {want}", e.message());
+    }
+    // The server is still answering.
+    assert_eq!(
+        ask(&mut c, &[&[("remote_address", "z")]], 1)
+            .await
+            .overall_code,
+        Code::Ok as i32
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn health_serving_then_graceful_stop() {
+    let srv = Running::start("health", EDGE).await;
+    let channel = Channel::from_shared(format!("http://{}", srv.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in ["", sluicegate_server::SERVICE_NAME] {
+        let r = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    assert!(http_get(srv.http, "/healthz").await.ends_with("ok\n"));
+    let (grpc, http) = (srv.grpc, srv.http);
+    srv.stop().await;
+    // Both ports are closed once serve() has returned.
+    assert!(tokio::net::TcpStream::connect(grpc).await.is_err());
+    assert!(tokio::net::TcpStream::connect(http).await.is_err());
+}
+
+#[tokio::test]
+async fn reload_applies_valid_files_and_keeps_old_rules_on_errors() {
+    let srv = Running::start("reload", EDGE).await;
+    let mut c = srv.client().await;
+    let file = srv.dir.join("edge.yaml");
+    let a: &[(&str, &str)] = &[("remote_address", "r1")];
+    for _ in 0..3 {
+        assert_eq!(ask(&mut c, &[a], 1).await.overall_code, Code::Ok as i32);
+    }
+    // Raise the limit to 5: the count (3) carries over. Each probe asks for one hit
+    // (a request's hits_addend 0 means 1): denied under the old limit (consuming
+    // nothing), admitted as the 4th under the new one.
+    std::fs::write(
+        &file,
+        EDGE.replace("requests_per_unit: 3", "requests_per_unit: 5"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = ask(&mut c, &[a], 0).await;
+        if r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit
+            == 5
+        {
+            assert_eq!(r.statuses[0].limit_remaining, 1, "state carried over");
+            break;
+        }
+        assert!(Instant::now() < deadline, "reload not seen within 5 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // An invalid file: the old rules stay, the failure is counted.
+    std::fs::write(&file, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !http_get(srv.http, "/metrics")
+        .await
+        .contains("sluicegate_server_config_reloads_total{result=\"error\"} 1")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "failed reload not counted within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = ask(&mut c, &[a], 0).await;
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        5
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_config_binds_nothing() {
+    let dir =
+        std::env::temp_dir().join(format!("sluicegate-server-invalid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("a.yaml"),
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n  - key: k\n",
+    )
+    .unwrap();
+    // A fixed port that must stay free: the config is checked before binding.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap();
+    drop(probe);
+    let config = Config {
+        config_path: dir.clone(),
+        grpc: addr,
+        http: "127.0.0.1:0".parse().unwrap(),
+        reload_interval: Duration::ZERO,
+        keys_per_limit: 64,
+        service: ServiceSettings {
+            max_hits_addend: 10,
+            response_headers: false,
+        },
+    };
+    let err = Bound::bind(config).await.unwrap_err().to_string();
+    assert!(
+        err.contains("a.yaml: duplicate descriptor composite key 'd.k'"),
+        "{err}"
+    );
+    assert!(
+        std::net::TcpListener::bind(addr).is_ok(),
+        "the port was left bound"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn toml_policy_errors_name_the_file_line_and_column() {
+    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/fortnight\"\n";
+    let err = sluicegate_server::build_rules(
+        &[("conf/api.toml".into(), text.into())],
+        None,
+        sluicegate_server::TableSettings { keys_per_limit: 64 },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("conf/api.toml:3:12: error: rule `a`: bad limit"),
+        "{err}"
+    );
+}
