@@ -263,6 +263,8 @@ pub(crate) fn apply_cell<A: Algorithm, W: StateCell>(
 /// [`Algorithm::give_back`] (reading the time only then, as `Core::give_back`
 /// does). A cell that no longer holds the state gets nothing back: keeping the
 /// charge is the conservative answer.
+// Only the keyed table's undo (used by `AnyKeyed`, std) calls it.
+#[cfg(feature = "std")]
 pub(crate) fn give_back_cell<A: Algorithm, W: StateCell>(
     cell: &W,
     mut raw: W::Raw,

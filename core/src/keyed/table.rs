@@ -9,7 +9,9 @@ use super::stats::{Event, FullPolicy};
 use super::Keyed;
 use crate::decision::Decision;
 use crate::error::InsufficientCapacity;
-use crate::limiter::{apply_cell, give_back_cell, Algorithm, Step};
+#[cfg(feature = "std")]
+use crate::limiter::give_back_cell;
+use crate::limiter::{apply_cell, Algorithm, Step};
 
 /// Groups a key may live in: its home group and an independent second choice.
 pub(super) const PROBE_GROUPS: usize = 2;
@@ -109,6 +111,8 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
     /// Gives back `n` units of the admission `prev -> next` of the key with hash
     /// `h` (a compound's all-or-nothing undo). A key no longer in the table gets
     /// nothing back: its charged state may already be in the sketch.
+    // Only `AnyKeyed` (std) undoes a keyed admission.
+    #[cfg(feature = "std")]
     pub(super) fn give_back(&self, h: u64, n: u64, taken: (u64, u64), now: impl Fn() -> u64) {
         let probe = self.probe(h);
         if let Some((slot, v)) = Self::find(&probe) {
