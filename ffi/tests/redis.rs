@@ -353,7 +353,7 @@ fn new_rejects_bad_input() {
             SLUICEGATE_ERR_CONFIG_RESOLUTION,
         ),
         (
-            cfg(SLUICEGATE_SLIDING_WINDOW, 500_000, 86_400 * SEC, 0),
+            cfg(SLUICEGATE_SLIDING_WINDOW, 4_000_000_000, 86_400 * SEC, 0),
             SLUICEGATE_ERR_CONFIG_RESOLUTION,
         ),
         (
