@@ -2,19 +2,14 @@
 //! than the whole burst, and a refused gather gives back exactly what it took.
 #![cfg(loom)]
 
-use loom::sync::Arc;
 use loom::thread;
 use sluicegate::{Quota, Striped};
+use sluicegate_loom_tests::shared;
 
 #[test]
 fn borrowing_threads_share_exactly_the_burst() {
     loom::model(|| {
-        let s = Arc::new(
-            match Striped::<2, ()>::with_clock(Quota::per_minute(2), ()) {
-                Ok(s) => s,
-                Err(e) => panic!("{e}"),
-            },
-        );
+        let s = shared(Striped::<2, ()>::with_clock(Quota::per_minute(2), ()));
         let hs: Vec<_> = (0..2)
             .map(|i| {
                 let s = s.clone();
@@ -32,12 +27,7 @@ fn a_refused_gather_gives_back_what_it_took() {
     loom::model(|| {
         // Burst 4 over 2 stripes (2 each). One thread asks for 3 (a gather across
         // both stripes), the other for 2 from stripe 1.
-        let s = Arc::new(
-            match Striped::<2, ()>::with_clock(Quota::per_minute(4), ()) {
-                Ok(s) => s,
-                Err(e) => panic!("{e}"),
-            },
-        );
+        let s = shared(Striped::<2, ()>::with_clock(Quota::per_minute(4), ()));
         let (a, b) = (s.clone(), s.clone());
         let ha = thread::spawn(move || a.check_n_at_stripe(0, 3, 0).is_ok_and(|d| d.allowed));
         let hb = thread::spawn(move || b.check_n_at_stripe(1, 2, 0).is_ok_and(|d| d.allowed));
