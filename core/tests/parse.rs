@@ -12,40 +12,42 @@ fn err(s: &str) -> (ParseErrorKind, usize) {
     (e.kind, e.position)
 }
 
+/// Every unit spelling and its length in nanoseconds.
+const UNITS: &[(&str, u64)] = &[
+    ("ns", 1),
+    ("nanosecond", 1),
+    ("nanoseconds", 1),
+    ("us", 1_000),
+    ("µs", 1_000),
+    ("μs", 1_000),
+    ("microsecond", 1_000),
+    ("microseconds", 1_000),
+    ("ms", 1_000_000),
+    ("millisecond", 1_000_000),
+    ("milliseconds", 1_000_000),
+    ("s", SEC),
+    ("sec", SEC),
+    ("secs", SEC),
+    ("second", SEC),
+    ("seconds", SEC),
+    ("m", 60 * SEC),
+    ("min", 60 * SEC),
+    ("mins", 60 * SEC),
+    ("minute", 60 * SEC),
+    ("minutes", 60 * SEC),
+    ("h", 3_600 * SEC),
+    ("hr", 3_600 * SEC),
+    ("hrs", 3_600 * SEC),
+    ("hour", 3_600 * SEC),
+    ("hours", 3_600 * SEC),
+    ("d", 86_400 * SEC),
+    ("day", 86_400 * SEC),
+    ("days", 86_400 * SEC),
+];
+
 #[test]
 fn every_unit_spelling() {
-    let cases: &[(&str, u64)] = &[
-        ("ns", 1),
-        ("nanosecond", 1),
-        ("nanoseconds", 1),
-        ("us", 1_000),
-        ("µs", 1_000),
-        ("μs", 1_000),
-        ("microsecond", 1_000),
-        ("microseconds", 1_000),
-        ("ms", 1_000_000),
-        ("millisecond", 1_000_000),
-        ("milliseconds", 1_000_000),
-        ("s", SEC),
-        ("sec", SEC),
-        ("secs", SEC),
-        ("second", SEC),
-        ("seconds", SEC),
-        ("m", 60 * SEC),
-        ("min", 60 * SEC),
-        ("mins", 60 * SEC),
-        ("minute", 60 * SEC),
-        ("minutes", 60 * SEC),
-        ("h", 3_600 * SEC),
-        ("hr", 3_600 * SEC),
-        ("hrs", 3_600 * SEC),
-        ("hour", 3_600 * SEC),
-        ("hours", 3_600 * SEC),
-        ("d", 86_400 * SEC),
-        ("day", 86_400 * SEC),
-        ("days", 86_400 * SEC),
-    ];
-    for &(unit, ns) in cases {
+    for &(unit, ns) in UNITS {
         for s in [
             format!("7/{unit}"),
             format!("7 per {unit}"),
@@ -211,18 +213,7 @@ fn lists() {
 }
 
 fn unit_strategy() -> impl Strategy<Value = (&'static str, u64)> {
-    prop::sample::select(vec![
-        ("ns", 1u64),
-        ("us", 1_000),
-        ("ms", 1_000_000),
-        ("s", SEC),
-        ("seconds", SEC),
-        ("min", 60 * SEC),
-        ("minute", 60 * SEC),
-        ("h", 3_600 * SEC),
-        ("hours", 3_600 * SEC),
-        ("d", 86_400 * SEC),
-    ])
+    prop::sample::select(UNITS)
 }
 
 proptest! {
