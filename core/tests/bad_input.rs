@@ -79,11 +79,11 @@ fn too_large(field: &'static str, max: u64) -> ConfigError {
     ConfigError::TooLarge { field, max }
 }
 
-/// Asserts that every case (what building or reconfiguring answered, with the
-/// limiter dropped) is exactly the error beside it.
-fn assert_rejected<const N: usize>(cases: [(Result<(), ConfigError>, ConfigError); N]) {
+/// Asserts that every case of `what` (what building or reconfiguring answered,
+/// the limiter dropped) is exactly the error beside it.
+fn assert_rejected<const N: usize>(what: &str, cases: [(Result<(), ConfigError>, ConfigError); N]) {
     for (i, (got, want)) in cases.into_iter().enumerate() {
-        assert_eq!(got, Err(want), "case {i}");
+        assert_eq!(got, Err(want), "{what}: case {i}");
     }
 }
 
@@ -92,68 +92,56 @@ fn zero_amount_period_and_burst_are_named() {
     let zero_amount = Quota::per_second(0);
     let zero_period = Quota::from_nanos(1, 0);
     let zero_burst = Quota::per_second(5).burst(0);
-    assert_rejected([
-        (
-            TokenBucket::with_clock(zero_amount, ()).map(drop),
-            zero("amount"),
-        ),
-        (
-            LeakyBucket::with_clock(zero_period, ()).map(drop),
-            zero("period"),
-        ),
-        (
-            TokenBucket::with_clock(zero_burst, ()).map(drop),
-            zero("burst"),
-        ),
-        (
-            Shaper::with_clock(zero_burst, 10, ()).map(drop),
-            zero("burst"),
-        ),
-        (
-            TokenBucket::with_clock(Quota::with_period(Duration::ZERO), ()).map(drop),
-            zero("period"),
-        ),
-        (
-            TokenBucket::with_clock(Quota::from_nanos(2, 1), ()).map(drop),
-            ConfigError::TooFast { field: "amount" },
-        ),
-        (
-            FixedWindow::with_clock(zero_amount, ()).map(drop),
-            zero("limit"),
-        ),
-        (
-            SlidingWindow::with_clock(zero_amount, ()).map(drop),
-            zero("limit"),
-        ),
-        (
-            SlidingLog::with_clock(zero_amount, ()).map(drop),
-            zero("limit"),
-        ),
-        (
-            FixedWindow::with_clock(zero_period, ()).map(drop),
-            zero("window"),
-        ),
-        (
-            SlidingWindow::with_clock(zero_period, ()).map(drop),
-            zero("window"),
-        ),
-        (
-            SlidingLog::with_clock(zero_period, ()).map(drop),
-            zero("window"),
-        ),
-        (
-            SlidingLog::with_capacity(Quota::per_second(1), 0, ()).map(drop),
-            zero("capacity"),
-        ),
-        (
-            Compound::<Gcra, 0, ()>::with_clock([], ()).map(drop),
-            zero("limits"),
-        ),
-        (
-            Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(1), zero_burst], ()).map(drop),
-            zero("burst"),
-        ),
-    ]);
+    let bucket = |q| TokenBucket::with_clock(q, ()).map(drop);
+    let meter = |q| LeakyBucket::with_clock(q, ()).map(drop);
+    let shaper = |q| Shaper::with_clock(q, 10, ()).map(drop);
+    assert_rejected(
+        "buckets",
+        [
+            (bucket(zero_amount), zero("amount")),
+            (meter(zero_period), zero("period")),
+            (bucket(zero_burst), zero("burst")),
+            (shaper(zero_burst), zero("burst")),
+            (bucket(Quota::with_period(Duration::ZERO)), zero("period")),
+            (
+                bucket(Quota::from_nanos(2, 1)),
+                ConfigError::TooFast { field: "amount" },
+            ),
+        ],
+    );
+    // Windows and the log call the amount a limit and the period a window.
+    let windows: [fn(Quota) -> Result<(), ConfigError>; 3] = [
+        |q| FixedWindow::with_clock(q, ()).map(drop),
+        |q| SlidingWindow::with_clock(q, ()).map(drop),
+        |q| SlidingLog::with_clock(q, ()).map(drop),
+    ];
+    for (i, window) in windows.into_iter().enumerate() {
+        assert_rejected(
+            &format!("window {i}"),
+            [
+                (window(zero_amount), zero("limit")),
+                (window(zero_period), zero("window")),
+            ],
+        );
+    }
+    assert_rejected(
+        "log and compounds",
+        [
+            (
+                SlidingLog::with_capacity(Quota::per_second(1), 0, ()).map(drop),
+                zero("capacity"),
+            ),
+            (
+                Compound::<Gcra, 0, ()>::with_clock([], ()).map(drop),
+                zero("limits"),
+            ),
+            (
+                Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(1), zero_burst], ())
+                    .map(drop),
+                zero("burst"),
+            ),
+        ],
+    );
 }
 
 #[test]
@@ -271,22 +259,25 @@ fn full_counts_at_the_last_window_of_time_stay_in_their_field() {
 fn logs_too_large_give_the_exact_maximum() {
     let big = Quota::per_second(LOG_MAX_CAPACITY + 1);
     let log = SlidingLog::with_capacity(Quota::per_second(2), 4, ()).unwrap();
-    assert_rejected([
-        (
-            SlidingLog::with_clock(big, ()).map(drop),
-            too_large("limit", LOG_MAX_CAPACITY),
-        ),
-        (
-            SlidingLog::with_capacity(Quota::per_second(1), LOG_MAX_CAPACITY + 1, ()).map(drop),
-            too_large("capacity", LOG_MAX_CAPACITY),
-        ),
-        (
-            SlidingLog::with_capacity(Quota::per_second(9), 8, ()).map(drop),
-            too_large("limit", 8),
-        ),
-        (log.set_quota(&Quota::per_second(5)), too_large("limit", 4)),
-        (log.set_quota(&Quota::from_nanos(1, 0)), zero("window")),
-    ]);
+    let sized = |limit, capacity| {
+        SlidingLog::with_capacity(Quota::per_second(limit), capacity, ()).map(drop)
+    };
+    assert_rejected(
+        "log",
+        [
+            (
+                SlidingLog::with_clock(big, ()).map(drop),
+                too_large("limit", LOG_MAX_CAPACITY),
+            ),
+            (
+                sized(1, LOG_MAX_CAPACITY + 1),
+                too_large("capacity", LOG_MAX_CAPACITY),
+            ),
+            (sized(9, 8), too_large("limit", 8)),
+            (log.set_quota(&Quota::per_second(5)), too_large("limit", 4)),
+            (log.set_quota(&Quota::from_nanos(1, 0)), zero("window")),
+        ],
+    );
     assert!(log.check_n_at(2, 0).unwrap().allowed);
     assert!(
         !log.check_at(0).allowed,
@@ -314,20 +305,23 @@ fn rejected_reconfiguration_changes_nothing() {
     let c = Compound::<Fixed, 2, ()>::with_clock([Quota::per_second(2), Quota::per_minute(5)], ())
         .unwrap();
     let immutable_window = ConfigError::Immutable { field: "window" };
-    assert_rejected([
-        (w.set_quota(&Quota::per_minute(2)), immutable_window),
-        (
-            w.set_quota(&Quota::per_second(1 << 40)),
-            too_large("limit", 536_870_911),
-        ),
-        (s.set_quota(&Quota::per_minute(2)), immutable_window),
-        (s.set_quota(&Quota::per_second(0)), zero("limit")),
-        (c.set_quota(2, &Quota::per_second(2)), too_large("index", 1)),
-        (
-            c.set_quota(usize::MAX, &Quota::per_second(2)),
-            too_large("index", 1),
-        ),
-    ]);
+    assert_rejected(
+        "reconfiguration",
+        [
+            (w.set_quota(&Quota::per_minute(2)), immutable_window),
+            (
+                w.set_quota(&Quota::per_second(1 << 40)),
+                too_large("limit", 536_870_911),
+            ),
+            (s.set_quota(&Quota::per_minute(2)), immutable_window),
+            (s.set_quota(&Quota::per_second(0)), zero("limit")),
+            (c.set_quota(2, &Quota::per_second(2)), too_large("index", 1)),
+            (
+                c.set_quota(usize::MAX, &Quota::per_second(2)),
+                too_large("index", 1),
+            ),
+        ],
+    );
     for _ in 0..2 {
         assert!(w.check_at(0).allowed && s.check_at(0).allowed && c.check_at(0).allowed);
     }

@@ -8,8 +8,8 @@ use std::sync::Barrier;
 use std::thread;
 
 use sluicegate::{
-    Compound, Decision, Fixed, FixedWindow, Gcra, InsufficientCapacity, LeakyBucket, Quota, Shaper,
-    Sliding, SlidingLog, SlidingWindow, TokenBucket,
+    Algorithm, Compound, Decision, Fixed, FixedWindow, Gcra, InsufficientCapacity, LeakyBucket,
+    Quota, Shaper, Sliding, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 const THREADS: usize = 6;
@@ -112,53 +112,49 @@ fn mixed_costs_never_exceed_the_bound_and_lose_nothing() {
     );
 }
 
+/// Races one-unit checks on the compound of `quotas`, whose tighter part binds at
+/// `bound` (see [`race_to_bound`]); then lifts part `lift` to `lifted`: the looser
+/// parts must hold exactly `rest` more, so every tentative charge of a lost race
+/// was given back.
+fn tight_then_lifted<A: Algorithm, const N: usize>(
+    quotas: [Quota; N],
+    bound: u64,
+    (lift, lifted): (usize, Quota),
+    rest: u64,
+) {
+    let c = Compound::<A, N, ()>::with_clock(quotas, ()).unwrap();
+    race_to_bound(bound, || one(c.check_at(NOW)), || c.check_at(NOW).allowed);
+    c.set_quota(lift, &lifted).unwrap();
+    assert_eq!(drain(|| c.check_at(NOW).allowed), rest, "{quotas:?}");
+}
+
 /// A compound whose tighter part binds: the racing threads never admit more than
 /// it allows; after a sequential top-up the total is exactly that part's limit,
 /// and the looser part was charged exactly as much (every tentative charge of a
 /// lost race was given back).
 #[test]
 fn compound_never_exceeds_any_part_and_gives_back_every_tentative_charge() {
-    let fixed =
-        Compound::<Fixed, 2, ()>::with_clock([Quota::per_second(300), Quota::per_second(200)], ())
-            .unwrap();
-    race_to_bound(
-        200,
-        || one(fixed.check_at(NOW)),
-        || fixed.check_at(NOW).allowed,
-    );
     // Lift the tight part: the loose one must hold exactly 300 − 200 more.
-    fixed.set_quota(1, &Quota::per_second(1_000)).unwrap();
-    assert_eq!(drain(|| fixed.check_at(NOW).allowed), 100);
-
-    let sliding = Compound::<Sliding, 2, ()>::with_clock(
-        [Quota::per_second(200), Quota::per_second(300)],
-        (),
-    )
-    .unwrap();
-    race_to_bound(
+    tight_then_lifted::<Fixed, 2>(
+        [Quota::per_second(300), Quota::per_second(200)],
         200,
-        || one(sliding.check_at(NOW)),
-        || sliding.check_at(NOW).allowed,
+        (1, Quota::per_second(1_000)),
+        100,
     );
-    sliding.set_quota(0, &Quota::per_second(1_000)).unwrap();
-    assert_eq!(drain(|| sliding.check_at(NOW).allowed), 100);
-
-    let buckets = Compound::<Gcra, 3, ()>::with_clock(
+    tight_then_lifted::<Sliding, 2>(
+        [Quota::per_second(200), Quota::per_second(300)],
+        200,
+        (0, Quota::per_second(1_000)),
+        100,
+    );
+    tight_then_lifted::<Gcra, 3>(
         [
             Quota::per_minute(600).burst(250),
             Quota::per_hour(100).burst(150),
             Quota::per_second(1_000),
         ],
-        (),
-    )
-    .unwrap();
-    race_to_bound(
         150,
-        || one(buckets.check_at(NOW)),
-        || buckets.check_at(NOW).allowed,
+        (1, Quota::per_hour(100).burst(10_000)),
+        100,
     );
-    buckets
-        .set_quota(1, &Quota::per_hour(100).burst(10_000))
-        .unwrap();
-    assert_eq!(drain(|| buckets.check_at(NOW).allowed), 100);
 }
