@@ -63,6 +63,9 @@ fn every_limiter_admits_exactly_its_bound() {
     assert_eq!(hammer(|| one(*sh.reserve_at(NOW).decision())), 200);
 }
 
+/// A limiter's cost-`n` check at `NOW`, callable from every thread.
+type CheckN<'a> = dyn Fn(u64) -> Result<Decision, InsufficientCapacity> + Sync + 'a;
+
 /// Units `check` admits, called from this thread until it denies.
 fn drain(check: impl Fn() -> bool) -> u64 {
     (0..).take_while(|_| check()).count() as u64
@@ -81,35 +84,33 @@ fn mixed_costs_never_exceed_the_bound_and_lose_nothing() {
     // Costs 1..=3: the total may stop short of the bound by less than the largest
     // cost; topping up with single units afterwards reaches it exactly.
     let counter = AtomicU64::new(0);
-    let mixed = |check_n: &dyn Fn(u64) -> Result<Decision, InsufficientCapacity>| {
+    let mixed = |check_n: &CheckN| {
         let n = 1 + counter.fetch_add(1, Ordering::Relaxed) % 3;
         (check_n(n).unwrap().allowed, n)
     };
 
     let tb = TokenBucket::with_clock(Quota::per_minute(1_000).burst(500), ()).unwrap();
-    race_to_bound(
-        500,
-        || mixed(&|n| tb.check_n_at(n, NOW)),
-        || tb.check_at(NOW).allowed,
-    );
     let fw = FixedWindow::with_clock(Quota::per_second(700), ()).unwrap();
-    race_to_bound(
-        700,
-        || mixed(&|n| fw.check_n_at(n, NOW)),
-        || fw.check_at(NOW).allowed,
-    );
     let sw = SlidingWindow::with_clock(Quota::per_second(700), ()).unwrap();
-    race_to_bound(
-        700,
-        || mixed(&|n| sw.check_n_at(n, NOW)),
-        || sw.check_at(NOW).allowed,
-    );
     let log = SlidingLog::with_clock(Quota::per_second(700), ()).unwrap();
-    race_to_bound(
-        700,
-        || mixed(&|n| log.check_n_at(n, NOW)),
-        || log.check_at(NOW).allowed,
-    );
+    // Each limiter's bound, its cost-n check and its one-unit check.
+    let limiters: [(u64, &CheckN, &dyn Fn() -> bool); 4] = [
+        (500, &|n| tb.check_n_at(n, NOW), &|| {
+            tb.check_at(NOW).allowed
+        }),
+        (700, &|n| fw.check_n_at(n, NOW), &|| {
+            fw.check_at(NOW).allowed
+        }),
+        (700, &|n| sw.check_n_at(n, NOW), &|| {
+            sw.check_at(NOW).allowed
+        }),
+        (700, &|n| log.check_n_at(n, NOW), &|| {
+            log.check_at(NOW).allowed
+        }),
+    ];
+    for (bound, check_n, check_one) in limiters {
+        race_to_bound(bound, || mixed(check_n), check_one);
+    }
 }
 
 /// Races one-unit checks on the compound of `quotas`, whose tighter part binds at

@@ -346,6 +346,48 @@ pub fn shared<T, E: core::fmt::Display>(built: Result<T, E>) -> loom::sync::Arc<
     }
 }
 
+/// [`shared`], with `n` units already spent at `at` (a single-threaded prelude:
+/// the model races what comes after).
+///
+/// # Panics
+/// When building failed or the limiter refused those units: a broken model.
+#[cfg(loom)]
+pub fn shared_spent<A: Algorithm, C>(
+    built: Result<Limiter<A, C>, ConfigError>,
+    n: u64,
+    at: u64,
+) -> loom::sync::Arc<Limiter<A, C>> {
+    let limiter = shared(built);
+    assert!(
+        limiter.check_n_at(n, at).is_ok_and(|d| d.allowed),
+        "a model's prelude could not spend {n} at {at}"
+    );
+    limiter
+}
+
+/// Runs `run` on its own loom thread with a handle on `shared`; [`join`] it.
+#[cfg(loom)]
+pub fn spawn_on<T, R>(
+    shared: &loom::sync::Arc<T>,
+    run: impl FnOnce(&T) -> R + Send + 'static,
+) -> loom::thread::JoinHandle<R>
+where
+    T: Send + Sync + 'static,
+    R: Send + 'static,
+{
+    let shared = shared.clone();
+    loom::thread::spawn(move || run(&shared))
+}
+
+/// Joins a loom thread, resuming its panic here.
+#[cfg(loom)]
+pub fn join<R>(handle: loom::thread::JoinHandle<R>) -> R {
+    match handle.join() {
+        Ok(r) => r,
+        Err(e) => std::panic::resume_unwind(e),
+    }
+}
+
 /// [`race`]s `threads` on `limiter` and asserts, with [`assert_linearizable`],
 /// that the answers and the final word are those of some sequential order from the
 /// state before the race. Returns the histories and the units admitted.
@@ -397,13 +439,7 @@ where
             loom::thread::spawn(move || run(input))
         })
         .collect();
-    handles
-        .into_iter()
-        .map(|h| match h.join() {
-            Ok(r) => r,
-            Err(e) => std::panic::resume_unwind(e),
-        })
-        .collect()
+    handles.into_iter().map(join).collect()
 }
 
 // Outside `loom::model` loom's atomics panic, so the checker's own tests run in a

@@ -4,7 +4,9 @@
 #![cfg(loom)]
 
 use sluicegate::{FixedWindow, Quota};
-use sluicegate_loom_tests::{assert_denials_change_nothing, race_linearizable, shared, Op};
+use sluicegate_loom_tests::{
+    assert_denials_change_nothing, race_linearizable, shared, shared_spent, Op,
+};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 9 * SEC + SEC / 2;
@@ -40,8 +42,7 @@ fn costs_and_a_peek() {
 #[test]
 fn denials_leave_the_word_unchanged() {
     loom::model(|| {
-        let w = shared(FixedWindow::with_clock(Quota::per_second(2), ()));
-        assert!(w.check_n_at(2, NOW).is_ok_and(|d| d.allowed));
+        let w = shared_spent(FixedWindow::with_clock(Quota::per_second(2), ()), 2, NOW);
         assert_denials_change_nothing(
             &w,
             vec![
@@ -60,8 +61,7 @@ fn a_check_from_the_next_window_races_the_current_one() {
         // it comes after window 10 has started, when it is decided in window 10
         // (the clock went back: no time passed) and still denied; the check at
         // the start of window 10 is admitted either way.
-        let w = shared(FixedWindow::with_clock(Quota::per_second(1), ()));
-        assert!(w.check_at(NOW).allowed);
+        let w = shared_spent(FixedWindow::with_clock(Quota::per_second(1), ()), 1, NOW);
         let next = Op::check(1, 10 * SEC);
         let (h, admitted) =
             race_linearizable(&w, vec![vec![Op::check(1, 10 * SEC - 1)], vec![next, next]]);

@@ -18,6 +18,15 @@ fn table(quota: Quota, policy: FullPolicy) -> Arc<Table> {
     shared(Keyed::with_capacity_and_hasher(quota, 2, hasher, ()).map(|t| t.with_policy(policy)))
 }
 
+/// [`table`] with the two slots taken: `spent` units of key 1 and of key 2, at 0.
+fn full_table(quota: Quota, policy: FullPolicy, spent: [u64; 2]) -> Arc<Table> {
+    let t = table(quota, policy);
+    for (key, n) in [(1u64, spent[0]), (2u64, spent[1])] {
+        assert!(t.check_n_at(&key, n, 0).is_ok_and(|d| d.allowed));
+    }
+    t
+}
+
 /// Races `checks` (key, cost), each on its own thread, all at `now`; returns
 /// whether each was admitted, in order.
 fn race(t: &Arc<Table>, now: u64, checks: Vec<(u64, u64)>) -> Vec<bool> {
@@ -59,9 +68,7 @@ fn reuse_of_an_idle_slot_races_a_check_of_its_old_key() {
         // Burst 2 per minute. Key 1 took a token at 0 and is full again at 30 s;
         // key 2 took both and still owes 20 s at 40 s. At 40 s key 1's slot is
         // fresh and key 2's is live.
-        let t = table(Quota::per_minute(2), FullPolicy::Reject);
-        assert!(t.check_at(&1u64, 0).allowed);
-        assert!(t.check_n_at(&2u64, 2, 0).is_ok_and(|d| d.allowed));
+        let t = full_table(Quota::per_minute(2), FullPolicy::Reject, [1, 2]);
         let now = 40 * SEC;
         let got = race(&t, now, vec![(1, 2), (3, 2)]);
         // Only one of keys 1 and 3 fits in the one reusable slot; the table is
@@ -83,9 +90,7 @@ fn reuse_of_an_idle_slot_races_a_check_of_its_old_key() {
 fn eviction_races_a_check_of_the_evicted_key() {
     loom::model(|| {
         // Key 1 holds 10 s of debt (stalest), key 2 holds 60 s: the table is full.
-        let t = table(Quota::per_minute(6), FullPolicy::EvictStalest);
-        assert!(t.check_at(&1u64, 0).allowed);
-        assert!(t.check_n_at(&2u64, 6, 0).is_ok_and(|d| d.allowed));
+        let t = full_table(Quota::per_minute(6), FullPolicy::EvictStalest, [1, 6]);
         let now = SEC;
         let got = race(&t, now, vec![(1, 1), (3, 6)]);
         assert!(got[1], "the new key is always placed under EvictStalest");
@@ -110,9 +115,7 @@ fn an_evicted_key_resumes_its_state_whatever_the_interleaving() {
         // slots) is full, and key 1 is the stalest. A new key evicts it while
         // key 1 takes its last token: in every interleaving key 1 gets exactly
         // that one token back, never a fresh bucket (issue 11).
-        let t = table(Quota::per_minute(6), FullPolicy::EvictStalest);
-        assert!(t.check_n_at(&1u64, 5, 0).is_ok_and(|d| d.allowed));
-        assert!(t.check_n_at(&2u64, 6, 0).is_ok_and(|d| d.allowed));
+        let t = full_table(Quota::per_minute(6), FullPolicy::EvictStalest, [5, 6]);
         let got = race(&t, 0, vec![(1, 1), (3, 1)]);
         assert_eq!(got, [true, true]);
         // Six tokens spent: evicted before, during or after its check, key 1 is empty.

@@ -8,7 +8,7 @@
 
 use loom::sync::Arc;
 use sluicegate::{Algorithm, FixedWindow, Gcra, GcraParams, Quota, SlidingWindow, TokenBucket};
-use sluicegate_loom_tests::{race_linearizable, shared, Op};
+use sluicegate_loom_tests::{join, race_linearizable, shared, shared_spent, spawn_on, Op};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 17 * SEC;
@@ -35,8 +35,7 @@ fn bucket_of_three_quotas() -> (Arc<TokenBucket<()>>, [Quota; 3], [GcraParams; 3
 #[test]
 fn a_bigger_burst_races_checks_on_a_full_bucket() {
     loom::model(|| {
-        let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
-        assert!(tb.check_n_at(2, NOW).is_ok_and(|d| d.allowed));
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 2, NOW);
         // Under burst 2 the bucket is empty; under burst 3 it has one token.
         let (_, admitted) = race_linearizable(
             &tb,
@@ -54,8 +53,7 @@ fn a_new_rate_races_a_check() {
     loom::model(|| {
         // Every parameter word changes: T 500 → 250 ms, tolerance 1 s → 250 ms,
         // burst 2 → 1. A check that mixed them would match neither quota.
-        let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
-        assert!(tb.check_at(NOW).allowed);
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 1, NOW);
         race_linearizable(
             &tb,
             vec![
@@ -70,33 +68,26 @@ fn a_new_rate_races_a_check() {
 fn config_reads_are_never_torn() {
     loom::model(|| {
         let (tb, q, p) = bucket_of_three_quotas();
-        let writer = {
-            let tb = tb.clone();
-            loom::thread::spawn(move || {
-                for q in &q[1..] {
-                    assert_eq!(tb.set_quota(q), Ok(()));
-                }
-            })
-        };
-        let reader = {
-            let tb = tb.clone();
-            loom::thread::spawn(move || {
-                // Whole parameter sets, in the order they were written.
-                let seen: Vec<usize> = (0..2)
-                    .map(|_| {
-                        let r = tb.params();
-                        match p.iter().position(|x| *x == r) {
-                            Some(i) => i,
-                            None => panic!("torn parameters {r:?}, written {p:?}"),
-                        }
-                    })
-                    .collect();
-                assert!(seen[0] <= seen[1], "went back: {seen:?}");
-            })
-        };
-        for t in [writer, reader] {
-            t.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-        }
+        let writer = spawn_on(&tb, move |tb| {
+            for q in &q[1..] {
+                assert_eq!(tb.set_quota(q), Ok(()));
+            }
+        });
+        let reader = spawn_on(&tb, move |tb| {
+            // Whole parameter sets, in the order they were written.
+            let seen: Vec<usize> = (0..2)
+                .map(|_| {
+                    let r = tb.params();
+                    match p.iter().position(|x| *x == r) {
+                        Some(i) => i,
+                        None => panic!("torn parameters {r:?}, written {p:?}"),
+                    }
+                })
+                .collect();
+            assert!(seen[0] <= seen[1], "went back: {seen:?}");
+        });
+        join(writer);
+        join(reader);
         assert_eq!(tb.params(), p[2]);
     });
 }
@@ -105,16 +96,9 @@ fn config_reads_are_never_torn() {
 fn two_writers_never_interleave() {
     loom::model(|| {
         let (tb, q, p) = bucket_of_three_quotas();
-        let other = {
-            let tb = tb.clone();
-            loom::thread::spawn(move || {
-                assert_eq!(tb.set_quota(&q[1]), Ok(()));
-            })
-        };
+        let other = spawn_on(&tb, move |tb| assert_eq!(tb.set_quota(&q[1]), Ok(())));
         assert_eq!(tb.set_quota(&q[2]), Ok(()));
-        other
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        join(other);
         // The last writer's set, whole.
         let r = tb.params();
         assert!(r == p[1] || r == p[2], "torn parameters {r:?}");
@@ -124,8 +108,7 @@ fn two_writers_never_interleave() {
 #[test]
 fn a_higher_window_limit_races_checks() {
     loom::model(|| {
-        let w = shared(FixedWindow::with_clock(Quota::per_second(1), ()));
-        assert!(w.check_at(NOW).allowed);
+        let w = shared_spent(FixedWindow::with_clock(Quota::per_second(1), ()), 1, NOW);
         let (_, admitted) = race_linearizable(
             &w,
             vec![
@@ -140,8 +123,11 @@ fn a_higher_window_limit_races_checks() {
 #[test]
 fn a_lower_sliding_limit_races_checks() {
     loom::model(|| {
-        let w = shared(SlidingWindow::with_clock(Quota::per_second(4), ()));
-        assert!(w.check_n_at(2, NOW - SEC / 2).is_ok_and(|d| d.allowed));
+        let w = shared_spent(
+            SlidingWindow::with_clock(Quota::per_second(4), ()),
+            2,
+            NOW - SEC / 2,
+        );
         // A change of window is refused (the layout depends on it) and changes nothing.
         race_linearizable(
             &w,

@@ -4,7 +4,9 @@
 #![cfg(loom)]
 
 use sluicegate::{Quota, TokenBucket};
-use sluicegate_loom_tests::{assert_denials_change_nothing, race_linearizable, shared, Op};
+use sluicegate_loom_tests::{
+    assert_denials_change_nothing, race_linearizable, shared, shared_spent, Op,
+};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 5 * SEC;
@@ -28,8 +30,7 @@ fn three_threads_share_a_burst_of_two() {
 #[test]
 fn costs_race_for_the_last_two_tokens() {
     loom::model(|| {
-        let tb = shared(TokenBucket::with_clock(Quota::per_second(3), ()));
-        assert!(tb.check_at(NOW).allowed);
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(3), ()), 1, NOW);
         let (_, admitted) =
             race_linearizable(&tb, vec![vec![Op::check(2, NOW)], vec![one(NOW), one(NOW)]]);
         // Every sequential order spends exactly the two tokens left.
@@ -41,8 +42,7 @@ fn costs_race_for_the_last_two_tokens() {
 #[test]
 fn denials_leave_the_word_unchanged() {
     loom::model(|| {
-        let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
-        assert!(tb.check_n_at(2, NOW).is_ok_and(|d| d.allowed));
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 2, NOW);
         assert_denials_change_nothing(
             &tb,
             vec![
@@ -58,8 +58,11 @@ fn denials_leave_the_word_unchanged() {
 fn callers_at_different_times() {
     loom::model(|| {
         // One token per 500 ms, one at a time; the token is spent at NOW.
-        let tb = shared(TokenBucket::with_clock(Quota::per_second(2).burst(1), ()));
-        assert!(tb.check_at(NOW).allowed);
+        let tb = shared_spent(
+            TokenBucket::with_clock(Quota::per_second(2).burst(1), ()),
+            1,
+            NOW,
+        );
         let t = SEC / 2;
         // A caller whose clock is behind finds no token; one at NOW + T finds one,
         // and then none for itself 1 ns later; who wins depends on the order.
