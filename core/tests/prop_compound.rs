@@ -38,6 +38,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The parts' quotas from `quotas`, a start and a trace.
+fn case<S: Strategy>(quotas: S) -> impl Strategy<Value = (S::Value, u64, Vec<(TimeOp, Op)>)> {
+    (quotas, start_time(), trace(op()))
+}
+
 /// A window quota with a new limit: a window's length cannot change.
 fn same_window(q: &Quota, limit: u64) -> Quota {
     Quota::from_nanos(limit, q.period_ns())
@@ -115,32 +120,20 @@ proptest! {
 
     /// Three token buckets, e.g. per second, per minute, per hour.
     #[test]
-    fn compound_buckets_match_models(
-        qs in [bucket_quota(), bucket_quota(), bucket_quota()],
-        start in start_time(),
-        steps in trace(op()),
-    ) {
+    fn compound_buckets_match_models((qs, start, steps) in case([bucket_quota(), bucket_quota(), bucket_quota()])) {
         let unit = qs[0].period_ns().div_ceil(qs[0].amount());
         drive_compound::<Gcra, _, 3>(qs, Bucket::new, |q, b| q.burst(b), unit, start, &steps)?;
     }
 
     /// Two fixed windows.
     #[test]
-    fn compound_fixed_windows_match_models(
-        qs in [window_quota(1), window_quota(1)],
-        start in start_time(),
-        steps in trace(op()),
-    ) {
+    fn compound_fixed_windows_match_models((qs, start, steps) in case([window_quota(1), window_quota(1)])) {
         drive_compound::<Fixed, _, 2>(qs, FixedModel::new, same_window, qs[0].period_ns(), start, &steps)?;
     }
 
     /// Two sliding windows.
     #[test]
-    fn compound_sliding_windows_match_models(
-        qs in [window_quota(2), window_quota(2)],
-        start in start_time(),
-        steps in trace(op()),
-    ) {
+    fn compound_sliding_windows_match_models((qs, start, steps) in case([window_quota(2), window_quota(2)])) {
         drive_compound::<Sliding, _, 2>(qs, SlidingModel::new, same_window, qs[1].period_ns(), start, &steps)?;
     }
 }

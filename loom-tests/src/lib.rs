@@ -322,13 +322,14 @@ pub fn admitted_units(histories: &[Vec<(Op, Answer)>]) -> u64 {
 #[cfg(loom)]
 pub fn race<A, C>(
     limiter: &loom::sync::Arc<Limiter<A, C>>,
-    threads: Vec<Vec<Op>>,
+    threads: &[&[Op]],
 ) -> Vec<Vec<(Op, Answer)>>
 where
     A: Algorithm + 'static,
     C: Send + Sync + 'static,
 {
     let limiter = limiter.clone();
+    let threads = threads.iter().map(|ops| ops.to_vec()).collect();
     spawn_all(threads, move |ops: Vec<Op>| {
         ops.into_iter().map(|op| (op, call(&limiter, op))).collect()
     })
@@ -394,7 +395,7 @@ pub fn join<R>(handle: loom::thread::JoinHandle<R>) -> R {
 #[cfg(loom)]
 pub fn race_linearizable<A, C>(
     limiter: &loom::sync::Arc<Limiter<A, C>>,
-    threads: Vec<Vec<Op>>,
+    threads: &[&[Op]],
 ) -> (Vec<Vec<(Op, Answer)>>, u64)
 where
     A: Algorithm + 'static,
@@ -412,7 +413,7 @@ where
 #[cfg(loom)]
 pub fn assert_denials_change_nothing<A, C>(
     limiter: &loom::sync::Arc<Limiter<A, C>>,
-    threads: Vec<Vec<Op>>,
+    threads: &[&[Op]],
 ) where
     A: Algorithm + 'static,
     C: Send + Sync + 'static,

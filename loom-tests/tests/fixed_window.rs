@@ -16,7 +16,7 @@ fn three_threads_share_a_limit_of_two() {
     loom::model(|| {
         let w = shared(FixedWindow::with_clock(Quota::per_second(2), ()));
         let one = Op::check(1, NOW);
-        let (_, admitted) = race_linearizable(&w, vec![vec![one], vec![one], vec![one]]);
+        let (_, admitted) = race_linearizable(&w, &[&[one], &[one], &[one]]);
         assert_eq!(admitted, 2);
         assert_eq!(w.peek_n_at(0, NOW).map(|d| d.remaining), Ok(0));
     });
@@ -28,10 +28,10 @@ fn costs_and_a_peek() {
         let w = shared(FixedWindow::with_clock(Quota::per_second(3), ()));
         let (_, admitted) = race_linearizable(
             &w,
-            vec![
-                vec![Op::check(2, NOW)],
-                vec![Op::check(2, NOW)],
-                vec![Op::peek(2, NOW)],
+            &[
+                &[Op::check(2, NOW)],
+                &[Op::check(2, NOW)],
+                &[Op::peek(2, NOW)],
             ],
         );
         // 2 + 2 > 3: exactly one of them.
@@ -45,10 +45,10 @@ fn denials_leave_the_word_unchanged() {
         let w = shared_spent(FixedWindow::with_clock(Quota::per_second(2), ()), 2, NOW);
         assert_denials_change_nothing(
             &w,
-            vec![
-                vec![Op::check(1, NOW)],
-                vec![Op::check(2, NOW)],
-                vec![Op::check(1, NOW)],
+            &[
+                &[Op::check(1, NOW)],
+                &[Op::check(2, NOW)],
+                &[Op::check(1, NOW)],
             ],
         );
     });
@@ -63,8 +63,7 @@ fn a_check_from_the_next_window_races_the_current_one() {
         // the start of window 10 is admitted either way.
         let w = shared_spent(FixedWindow::with_clock(Quota::per_second(1), ()), 1, NOW);
         let next = Op::check(1, 10 * SEC);
-        let (h, admitted) =
-            race_linearizable(&w, vec![vec![Op::check(1, 10 * SEC - 1)], vec![next, next]]);
+        let (h, admitted) = race_linearizable(&w, &[&[Op::check(1, 10 * SEC - 1)], &[next, next]]);
         assert_eq!(admitted, 1);
         assert!(h[1][0].1.admitted());
     });

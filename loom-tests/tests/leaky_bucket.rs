@@ -16,8 +16,7 @@ fn pour(n: u64) -> Op {
 fn three_pours_into_room_for_two() {
     loom::model(|| {
         let lb = shared(LeakyBucket::with_clock(Quota::per_second(2), ()));
-        let (_, admitted) =
-            race_linearizable(&lb, vec![vec![pour(1)], vec![pour(1)], vec![pour(1)]]);
+        let (_, admitted) = race_linearizable(&lb, &[&[pour(1)], &[pour(1)], &[pour(1)]]);
         assert_eq!(admitted, 2);
         assert_eq!(lb.level_at(NOW), 2);
     });
@@ -28,7 +27,7 @@ fn an_overflowing_pour_spills_nothing() {
     loom::model(|| {
         // Capacity 3, level 2: a pour of 2 never fits, a pour of 1 always does.
         let lb = shared_spent(LeakyBucket::with_clock(Quota::per_second(3), ()), 2, NOW);
-        let (h, admitted) = race_linearizable(&lb, vec![vec![pour(2)], vec![pour(1), pour(1)]]);
+        let (h, admitted) = race_linearizable(&lb, &[&[pour(2)], &[pour(1), pour(1)]]);
         assert!(!h[0][0].1.admitted());
         assert!(h[1][0].1.admitted());
         assert!(!h[1][1].1.admitted());

@@ -39,9 +39,9 @@ fn a_bigger_burst_races_checks_on_a_full_bucket() {
         // Under burst 2 the bucket is empty; under burst 3 it has one token.
         let (_, admitted) = race_linearizable(
             &tb,
-            vec![
-                vec![one(NOW), one(NOW)],
-                vec![Op::SetQuota(Quota::per_second(2).burst(3))],
+            &[
+                &[one(NOW), one(NOW)],
+                &[Op::SetQuota(Quota::per_second(2).burst(3))],
             ],
         );
         assert!(admitted <= 1);
@@ -56,9 +56,9 @@ fn a_new_rate_races_a_check() {
         let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 1, NOW);
         race_linearizable(
             &tb,
-            vec![
-                vec![one(NOW + SEC / 10), Op::peek(1, NOW + SEC / 5)],
-                vec![Op::SetQuota(Quota::per_second(4).burst(1))],
+            &[
+                &[one(NOW + SEC / 10), Op::peek(1, NOW + SEC / 5)],
+                &[Op::SetQuota(Quota::per_second(4).burst(1))],
             ],
         );
     });
@@ -111,10 +111,7 @@ fn a_higher_window_limit_races_checks() {
         let w = shared_spent(FixedWindow::with_clock(Quota::per_second(1), ()), 1, NOW);
         let (_, admitted) = race_linearizable(
             &w,
-            vec![
-                vec![one(NOW), one(NOW)],
-                vec![Op::SetQuota(Quota::per_second(2))],
-            ],
+            &[&[one(NOW), one(NOW)], &[Op::SetQuota(Quota::per_second(2))]],
         );
         assert!(admitted <= 1);
     });
@@ -131,9 +128,9 @@ fn a_lower_sliding_limit_races_checks() {
         // A change of window is refused (the layout depends on it) and changes nothing.
         race_linearizable(
             &w,
-            vec![
-                vec![one(NOW), Op::check(2, NOW)],
-                vec![
+            &[
+                &[one(NOW), Op::check(2, NOW)],
+                &[
                     Op::SetQuota(Quota::per_second(2)),
                     Op::SetQuota(Quota::per_minute(2)),
                 ],

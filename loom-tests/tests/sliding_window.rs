@@ -24,7 +24,7 @@ fn three_threads_share_the_one_unit_left() {
         // 2 in window 0; halfway through window 1 they weigh 2 · 1/2 = 1.
         let w = two_in_window_zero(2);
         let one = Op::check(1, SEC + SEC / 2);
-        let (_, admitted) = race_linearizable(&w, vec![vec![one], vec![one], vec![one]]);
+        let (_, admitted) = race_linearizable(&w, &[&[one], &[one], &[one]]);
         assert_eq!(admitted, 1);
     });
 }
@@ -37,9 +37,9 @@ fn a_rollover_races_checks_in_the_old_window() {
         // quarter into window 1 (window 0 still weighs 3/4 of its count).
         race_linearizable(
             &w,
-            vec![
-                vec![Op::check(1, SEC - 1), Op::check(1, 2 * SEC - 1)],
-                vec![Op::check(2, SEC + SEC / 4)],
+            &[
+                &[Op::check(1, SEC - 1), Op::check(1, 2 * SEC - 1)],
+                &[Op::check(2, SEC + SEC / 4)],
             ],
         );
     });
@@ -51,10 +51,10 @@ fn denials_leave_the_word_unchanged() {
         let w = two_in_window_zero(2);
         assert_denials_change_nothing(
             &w,
-            vec![
-                vec![Op::check(1, SEC - 1)],
-                vec![Op::check(2, SEC / 2)],
-                vec![Op::peek(1, SEC / 2)],
+            &[
+                &[Op::check(1, SEC - 1)],
+                &[Op::check(2, SEC / 2)],
+                &[Op::peek(1, SEC / 2)],
             ],
         );
     });
@@ -74,12 +74,12 @@ fn the_wide_layout_races_a_rollover_like_the_whole_index() {
         );
         race_linearizable(
             &w,
-            vec![
-                vec![
+            &[
+                &[
                     Op::check(1, base + SEC - 1),
                     Op::check(5_001, base + 2 * SEC - 1),
                 ],
-                vec![Op::check(5_000, base + SEC + SEC / 4)],
+                &[Op::check(5_000, base + SEC + SEC / 4)],
             ],
         );
     });

@@ -19,8 +19,7 @@ fn one(now: u64) -> Op {
 fn three_threads_share_a_burst_of_two() {
     loom::model(|| {
         let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
-        let (_, admitted) =
-            race_linearizable(&tb, vec![vec![one(NOW)], vec![one(NOW)], vec![one(NOW)]]);
+        let (_, admitted) = race_linearizable(&tb, &[&[one(NOW)], &[one(NOW)], &[one(NOW)]]);
         assert_eq!(admitted, 2);
         // Both admissions are in the word: the bucket is full 2·T after NOW.
         assert_eq!(tb.state_word(), NOW + SEC);
@@ -31,8 +30,7 @@ fn three_threads_share_a_burst_of_two() {
 fn costs_race_for_the_last_two_tokens() {
     loom::model(|| {
         let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(3), ()), 1, NOW);
-        let (_, admitted) =
-            race_linearizable(&tb, vec![vec![Op::check(2, NOW)], vec![one(NOW), one(NOW)]]);
+        let (_, admitted) = race_linearizable(&tb, &[&[Op::check(2, NOW)], &[one(NOW), one(NOW)]]);
         // Every sequential order spends exactly the two tokens left.
         assert_eq!(admitted, 2);
         assert!(!tb.peek_at(NOW).allowed);
@@ -45,11 +43,7 @@ fn denials_leave_the_word_unchanged() {
         let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 2, NOW);
         assert_denials_change_nothing(
             &tb,
-            vec![
-                vec![one(NOW)],
-                vec![Op::check(2, NOW)],
-                vec![Op::peek(1, NOW)],
-            ],
+            &[&[one(NOW)], &[Op::check(2, NOW)], &[Op::peek(1, NOW)]],
         );
     });
 }
@@ -68,7 +62,7 @@ fn callers_at_different_times() {
         // and then none for itself 1 ns later; who wins depends on the order.
         let (_, admitted) = race_linearizable(
             &tb,
-            vec![vec![one(NOW + t / 2)], vec![one(NOW + t), one(NOW + t + 1)]],
+            &[&[one(NOW + t / 2)], &[one(NOW + t), one(NOW + t + 1)]],
         );
         assert_eq!(admitted, 1);
     });
@@ -80,8 +74,7 @@ fn a_fresh_bucket_at_the_end_of_time_shares_its_whole_burst() {
         // Time stops one refill before u64::MAX; a fresh bucket is full there.
         let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
         let end = u64::MAX - 1;
-        let (_, admitted) =
-            race_linearizable(&tb, vec![vec![one(end)], vec![one(end)], vec![one(end)]]);
+        let (_, admitted) = race_linearizable(&tb, &[&[one(end)], &[one(end)], &[one(end)]]);
         assert_eq!(admitted, 2);
         assert_eq!(tb.state_word(), u64::MAX);
     });
