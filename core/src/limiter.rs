@@ -361,6 +361,15 @@ impl<A: Algorithm> Core<A> {
         apply::<A>(&self.word, || self.params(), now, n, consume)
     }
 
+    /// Replaces the word `current` by `new` (orderings of [`apply`]'s CAS); false
+    /// if the word is no longer `current` (or, rarely, spuriously).
+    #[inline]
+    pub(crate) fn cas(&self, current: u64, new: u64) -> bool {
+        self.word
+            .compare_exchange_weak(current, new, order::CAS_OK, order::CAS_ERR)
+            .is_ok()
+    }
+
     pub(crate) fn set_quota(&self, quota: &Quota) -> Result<(), ConfigError> {
         self.config.update(|w| {
             let old = A::from_words(w);
