@@ -168,7 +168,16 @@ enum sluicegate_full_policy
 #endif // __cplusplus
  {
     /**
-     * Replace the live entry closest to fresh; that key starts over (the default: 0).
+     * Replace the live entry closest to fresh (the default: 0). The evicted
+     * key's state is first folded into the table's eviction sketch (a small
+     * fixed array allocated with the table, at most a quarter byte per slot),
+     * so the key does **not** start over: when it comes back it resumes at least
+     * as limited as it left, and a flood of new keys cannot reset anyone's
+     * limit. The price: a new key whose sketch cells were all written by
+     * recent, still-live evictions starts limited early (rare while the table
+     * has room; see the stats' `evicted`). An algorithm whose states cannot be
+     * merged into the sketch turns the new key away instead, as
+     * `SLUICEGATE_REJECT` does (counted in `rejected`).
      */
     SLUICEGATE_EVICT_STALEST = 0,
     /**
@@ -348,7 +357,9 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
     /**
-     * Memory for a new handle could not be allocated.
+     * Memory for a new handle could not be allocated (a keyed table's slots, a
+     * sliding log's ring, a policy's tables), or its size overflows. Nothing
+     * was allocated.
      */
     SLUICEGATE_ERR_ALLOC = 900,
     /**
@@ -515,11 +526,14 @@ typedef struct sluicegate_keyed_stats {
      */
     uint64_t reused;
     /**
-     * Live entries replaced under `SLUICEGATE_EVICT_STALEST`.
+     * Live entries replaced under `SLUICEGATE_EVICT_STALEST` (their state kept
+     * in the eviction sketch).
      */
     uint64_t evicted;
     /**
-     * New keys denied under `SLUICEGATE_REJECT`.
+     * New keys denied under `SLUICEGATE_REJECT` (or under
+     * `SLUICEGATE_EVICT_STALEST` when the algorithm's state cannot be kept in
+     * the sketch).
      */
     uint64_t rejected;
     /**
@@ -623,14 +637,30 @@ sluicegate_status sluicegate_config_parse(const char *s,
  * `out` is an array of `out_cap` configs the caller prepared (`struct_size` and
  * `algorithm` set, as for `sluicegate_config_parse`): the library takes
  * `out[0].struct_size` as the size of each element, and each element's own
- * `struct_size` must equal it. More limits than `out_cap` is
- * `SLUICEGATE_ERR_BUFFER_TOO_SMALL` (`*err` points at the first extra one). On
- * any error `*out_count` is 0 and the contents of `out` are unspecified.
+ * `struct_size` must equal it.
+ *
+ * **Counting first** (the `snprintf` convention): with `out == NULL` and
+ * `out_cap == 0` the whole string is parsed and validated, nothing is written
+ * but `*out_count`, and the result is `SLUICEGATE_OK` with the number of limits
+ * the string holds, so a caller can size its array before parsing into it:
+ *
+ * ```c
+ * size_t n;
+ * if (sluicegate_config_parse_list(s, len, NULL, 0, &n, &err) == SLUICEGATE_OK)
+ *     ... allocate n configs, then call again with them ...
+ * ```
+ *
+ * More limits than a non-zero `out_cap` is `SLUICEGATE_ERR_BUFFER_TOO_SMALL`:
+ * `*err` points at the first extra limit and `*out_count` is the number of
+ * limits the string holds (when the rest of it parses; a later parse error is
+ * `SLUICEGATE_ERR_PARSE` instead). On every other error `*out_count` is 0. On
+ * any error the contents of `out` are unspecified. `out == NULL` with a
+ * non-zero `out_cap` is `SLUICEGATE_ERR_NULL`.
  *
  * # Safety
- * `s` points to `len` readable bytes; `out` to `out_cap` prepared configs
- * (it may be dangling when `out_cap` is 0); `out_count` is valid for a write;
- * `err` is NULL or valid for a write.
+ * `s` points to `len` readable bytes; `out` is NULL when `out_cap` is 0, or
+ * points to `out_cap` prepared configs; `out_count` is valid for a write; `err`
+ * is NULL or valid for a write.
  */
 sluicegate_status sluicegate_config_parse_list(const char *s,
                                                size_t len,

@@ -76,7 +76,9 @@ pub enum sluicegate_status {
     /// The cost `n` exceeds the limiter's capacity: it can never be admitted (not
     /// a denial; the decision is filled with `allowed = false`).
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
-    /// Memory for a new handle could not be allocated.
+    /// Memory for a new handle could not be allocated (a keyed table's slots, a
+    /// sliding log's ring, a policy's tables), or its size overflows. Nothing
+    /// was allocated.
     SLUICEGATE_ERR_ALLOC = 900,
     /// A bug: a panic was caught at the ABI boundary. Please report it.
     SLUICEGATE_ERR_PANIC = 901,
@@ -170,6 +172,9 @@ impl From<ConfigError> for sluicegate_status {
             ConfigError::TooLarge { .. } => SLUICEGATE_ERR_CONFIG_TOO_LARGE,
             ConfigError::TooFast { .. } => SLUICEGATE_ERR_CONFIG_TOO_FAST,
             ConfigError::Immutable { .. } => SLUICEGATE_ERR_CONFIG_IMMUTABLE,
+            // A keyed table's slots or a sliding log's ring that the system
+            // would not give (or whose size overflows): memory, not a bad config.
+            ConfigError::Alloc { .. } => SLUICEGATE_ERR_ALLOC,
             _ => SLUICEGATE_ERR_CONFIG_INVALID,
         }
     }
@@ -227,5 +232,25 @@ mod tests {
         // SAFETY: the function returns a static NUL-terminated string.
         let unknown = unsafe { core::ffi::CStr::from_ptr(sluicegate_status_str(12345)) };
         assert_eq!(unknown, c"unknown status");
+    }
+
+    #[test]
+    fn allocation_failures_are_alloc_however_they_arrive() {
+        let alloc = ConfigError::Alloc { bytes: 1 << 40 };
+        assert_eq!(sluicegate_status::from(alloc), SLUICEGATE_ERR_ALLOC);
+        let nested = SpecError::Config {
+            index: 0,
+            error: alloc,
+        };
+        assert_eq!(sluicegate_status::from(nested), SLUICEGATE_ERR_ALLOC);
+        assert_eq!(
+            sluicegate_status::from(SpecError::Alloc { bytes: 1 << 40 }),
+            SLUICEGATE_ERR_ALLOC
+        );
+        // The other configuration errors keep their own codes.
+        assert_eq!(
+            sluicegate_status::from(ConfigError::Zero { field: "amount" }),
+            SLUICEGATE_ERR_CONFIG_ZERO
+        );
     }
 }
