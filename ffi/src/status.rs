@@ -48,6 +48,9 @@ pub enum sluicegate_status {
     SLUICEGATE_ERR_NOT_UTF8 = 111,
     /// `failure_policy` is not a `sluicegate_failure_policy` value.
     SLUICEGATE_ERR_BAD_FAILURE_POLICY = 112,
+    /// More request attributes than `SLUICEGATE_POLICY_MAX_ATTRS` in one policy
+    /// check.
+    SLUICEGATE_ERR_TOO_MANY_ATTRS = 113,
     /// A field that must be positive is zero (amount, period, capacity, ...).
     SLUICEGATE_ERR_CONFIG_ZERO = 200,
     /// A value is above what the limiter's state can represent.
@@ -73,6 +76,10 @@ pub enum sluicegate_status {
     /// (limit + 1) × window past 2^52 µs, or a local fallback share of the quota
     /// that is no valid limit.
     SLUICEGATE_ERR_CONFIG_RESOLUTION = 207,
+    /// The policy (rule file) is invalid: the error message names the file, line,
+    /// column and rule of every error. A reload that fails this way keeps the
+    /// policy in force.
+    SLUICEGATE_ERR_POLICY = 208,
     /// The cost `n` exceeds the limiter's capacity: it can never be admitted (not
     /// a denial; the decision is filled with `allowed = false`).
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
@@ -85,6 +92,9 @@ pub enum sluicegate_status {
     /// The Redis client failed in a way no failure policy answers for (not an
     /// unavailable server: that is the policy's to answer, with `SLUICEGATE_OK`).
     SLUICEGATE_ERR_SYSTEM = 902,
+    /// A file could not be read (a rule file: missing, unreadable); the error
+    /// message says which and why.
+    SLUICEGATE_ERR_IO = 903,
 }
 
 use sluicegate_status::*;
@@ -113,6 +123,9 @@ impl sluicegate_status {
             SLUICEGATE_ERR_BAD_FAILURE_POLICY => {
                 c"failure_policy is not a sluicegate_failure_policy value"
             }
+            SLUICEGATE_ERR_TOO_MANY_ATTRS => {
+                c"more request attributes than SLUICEGATE_POLICY_MAX_ATTRS"
+            }
             SLUICEGATE_ERR_CONFIG_ZERO => c"a configuration field that must be positive is zero",
             SLUICEGATE_ERR_CONFIG_TOO_LARGE => c"a configuration value is too large for this limiter",
             SLUICEGATE_ERR_CONFIG_TOO_FAST => c"the rate is faster than one unit per nanosecond",
@@ -125,17 +138,21 @@ impl sluicegate_status {
             SLUICEGATE_ERR_CONFIG_RESOLUTION => {
                 c"the limit cannot be computed exactly on Redis (whole microseconds, below 2^52)"
             }
+            SLUICEGATE_ERR_POLICY => {
+                c"the policy is invalid (the error message names the file, line, column and rule)"
+            }
             SLUICEGATE_ERR_INSUFFICIENT_CAPACITY => {
                 c"the request exceeds the limiter's capacity and can never be admitted"
             }
             SLUICEGATE_ERR_ALLOC => c"out of memory",
             SLUICEGATE_ERR_PANIC => c"internal error (a caught panic): please report it",
             SLUICEGATE_ERR_SYSTEM => c"the Redis client failed in a way no failure policy covers",
+            SLUICEGATE_ERR_IO => c"a file could not be read",
         }
     }
 
     /// Every status (for `sluicegate_status_str` and tests).
-    pub(crate) const ALL: [sluicegate_status; 26] = [
+    pub(crate) const ALL: [sluicegate_status; 29] = [
         SLUICEGATE_OK,
         SLUICEGATE_ERR_NULL,
         SLUICEGATE_ERR_STRUCT_SIZE,
@@ -150,6 +167,7 @@ impl sluicegate_status {
         SLUICEGATE_ERR_BAD_STRIPES,
         SLUICEGATE_ERR_NOT_UTF8,
         SLUICEGATE_ERR_BAD_FAILURE_POLICY,
+        SLUICEGATE_ERR_TOO_MANY_ATTRS,
         SLUICEGATE_ERR_CONFIG_ZERO,
         SLUICEGATE_ERR_CONFIG_TOO_LARGE,
         SLUICEGATE_ERR_CONFIG_TOO_FAST,
@@ -158,10 +176,12 @@ impl sluicegate_status {
         SLUICEGATE_ERR_PARSE,
         SLUICEGATE_ERR_BAD_URL,
         SLUICEGATE_ERR_CONFIG_RESOLUTION,
+        SLUICEGATE_ERR_POLICY,
         SLUICEGATE_ERR_INSUFFICIENT_CAPACITY,
         SLUICEGATE_ERR_ALLOC,
         SLUICEGATE_ERR_PANIC,
         SLUICEGATE_ERR_SYSTEM,
+        SLUICEGATE_ERR_IO,
     ];
 }
 
