@@ -8,7 +8,8 @@
  *  - every fallible function returns a sluicegate_status; SLUICEGATE_OK is 0;
  *    sluicegate_status_str() gives a static message for any value;
  *  - handles are opaque, created by *_new and released by *_free (NULL-safe);
- *    every other call may run on any thread at once;
+ *    every other call may run on any thread at once (a sluicegate_policy_decision,
+ *    a reusable output buffer, is used by one thread at a time);
  *  - enums are passed as uint32_t and checked;
  *  - sluicegate_config.struct_size must be set to sizeof(sluicegate_config);
  *  - local handles never block or allocate on a check; the sluicegate_redis
@@ -363,10 +364,10 @@ enum sluicegate_status
     SLUICEGATE_ERR_BAD_URL = 206,
     /**
      * The limit is valid for a local limiter but not on Redis, whose scripts
-     * compute in whole microseconds below 2^52: a window that is not a whole
-     * number of microseconds, burst × emission interval (+ max delay) or
-     * (limit + 1) × window past 2^52 µs, or a local fallback share of the quota
-     * that is no valid limit.
+     * compute in whole microseconds: a window that is not a whole number of
+     * microseconds, burst × emission interval (+ max delay) or a fixed window's
+     * (limit + 1) × window past 2^52 µs, a sliding window or its limit past
+     * 2^50, or a local fallback share of the quota that is no valid limit.
      */
     SLUICEGATE_ERR_CONFIG_RESOLUTION = 207,
     /**

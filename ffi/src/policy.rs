@@ -714,3 +714,74 @@ pub unsafe extern "C" fn sluicegate_policy_metrics_text_at(
         unsafe { put_text(&pol.metrics_text_at(now_ns), buf, cap, len) }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_out_follows_snprintf() {
+        let mut buf = [0x55 as c_char; 4];
+        let mut len = 0usize;
+        // SAFETY: a 4-byte buffer and a live length.
+        unsafe { put_text("hello", buf.as_mut_ptr(), buf.len(), &mut len) }.unwrap();
+        assert_eq!(len, 5);
+        assert_eq!(buf.map(|c| c as u8), *b"hel\0");
+        // SAFETY: NULL with capacity 0 measures.
+        unsafe { put_text("hello", core::ptr::null_mut(), 0, &mut len) }.unwrap();
+        assert_eq!(len, 5);
+        // SAFETY: as above; NULL with a capacity is refused before any write.
+        let r = unsafe { put_text("x", core::ptr::null_mut(), 1, &mut len) };
+        assert_eq!(r, Err(SLUICEGATE_ERR_NULL));
+    }
+
+    #[test]
+    fn a_policy_from_rust_through_the_c_calls() {
+        let text = "[[rule]]\nname = \"one\"\nkey = [\"user\"]\nlimit = \"1/minute\"\n";
+        let mut p = core::ptr::null_mut();
+        let mut err = [0 as c_char; 128];
+        // SAFETY: live buffers of the given lengths.
+        let s = unsafe {
+            sluicegate_policy_new(
+                text.as_ptr().cast(),
+                text.len(),
+                err.as_mut_ptr(),
+                err.len(),
+                &mut p,
+            )
+        };
+        assert_eq!(s, SLUICEGATE_OK);
+        let attrs = [sluicegate_attr {
+            name: c"user".as_ptr(),
+            name_len: 4,
+            value: c"ann".as_ptr(),
+            value_len: 3,
+        }];
+        let mut r = sluicegate_policy_result {
+            allowed: false,
+            retry_after_ns: 0,
+            delay_ns: 0,
+            rule_count: 0,
+            denying_rule: 0,
+        };
+        for allowed in [true, false] {
+            // SAFETY: a live policy, one attribute, a live result.
+            let s = unsafe {
+                sluicegate_policy_check_at(
+                    p,
+                    attrs.as_ptr(),
+                    1,
+                    1,
+                    0,
+                    core::ptr::null_mut(),
+                    &mut r,
+                )
+            };
+            assert_eq!((s, r.allowed, r.rule_count), (SLUICEGATE_OK, allowed, 1));
+        }
+        assert_eq!(r.denying_rule, 0);
+        assert_eq!(r.retry_after_ns, 60_000_000_000);
+        // SAFETY: the handle from `sluicegate_policy_new`, freed once.
+        unsafe { sluicegate_policy_free(p) };
+    }
+}

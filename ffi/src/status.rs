@@ -71,10 +71,10 @@ pub enum sluicegate_status {
     /// checked: an unreachable server is not an error (the failure policy answers).
     SLUICEGATE_ERR_BAD_URL = 206,
     /// The limit is valid for a local limiter but not on Redis, whose scripts
-    /// compute in whole microseconds below 2^52: a window that is not a whole
-    /// number of microseconds, burst × emission interval (+ max delay) or
-    /// (limit + 1) × window past 2^52 µs, or a local fallback share of the quota
-    /// that is no valid limit.
+    /// compute in whole microseconds: a window that is not a whole number of
+    /// microseconds, burst × emission interval (+ max delay) or a fixed window's
+    /// (limit + 1) × window past 2^52 µs, a sliding window or its limit past
+    /// 2^50, or a local fallback share of the quota that is no valid limit.
     SLUICEGATE_ERR_CONFIG_RESOLUTION = 207,
     /// The policy (rule file) is invalid: the error message names the file, line,
     /// column and rule of every error. A reload that fails this way keeps the
