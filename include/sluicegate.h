@@ -1236,6 +1236,37 @@ sluicegate_status sluicegate_policy_reload_from_file(const struct sluicegate_pol
                                                      size_t err_cap);
 
 /**
+ * The policy's metrics in the Prometheus text format (0.0.4) at the library
+ * clock's now: per rule, requests allowed / denied / shadow-denied, backend
+ * errors, keys tracked, evictions, new keys turned away; the reload count and
+ * the last reload error. `snprintf`-style: at most `cap` bytes including the NUL
+ * into `buf` (NULL with `cap` 0 to measure), the full length (without the NUL)
+ * into `*len`; the text may grow between two calls (counters gain digits), so
+ * size the buffer with some room and check `*len < cap`.
+ *
+ * # Safety
+ * `policy` is a live handle; `buf` is NULL or valid for writes of `cap` bytes;
+ * `len` is NULL or valid for a write.
+ */
+sluicegate_status sluicegate_policy_metrics_text(const struct sluicegate_policy *policy,
+                                                 char *buf,
+                                                 size_t cap,
+                                                 size_t *len);
+
+/**
+ * `sluicegate_policy_metrics_text` at the caller's time `now_ns` (the keys
+ * gauge counts the keys not back to full at that time).
+ *
+ * # Safety
+ * As `sluicegate_policy_metrics_text`.
+ */
+sluicegate_status sluicegate_policy_metrics_text_at(const struct sluicegate_policy *policy,
+                                                    uint64_t now_ns,
+                                                    char *buf,
+                                                    size_t cap,
+                                                    size_t *len);
+
+/**
  * Checks a request of cost `n` (usually 1; 0 peeks) now, on the library clock
  * (`sluicegate_now_ns`): admitted only if every enforcing rule that matches
  * admits it, and a denial charges no rule. Shadow rules are checked and counted
@@ -1336,37 +1367,6 @@ sluicegate_status sluicegate_policy_decision_ratelimit_policy(const struct sluic
                                                               char *buf,
                                                               size_t cap,
                                                               size_t *len);
-
-/**
- * The policy's metrics in the Prometheus text format (0.0.4) at the library
- * clock's now: per rule, requests allowed / denied / shadow-denied, backend
- * errors, keys tracked, evictions, new keys turned away; the reload count and
- * the last reload error. `snprintf`-style: at most `cap` bytes including the NUL
- * into `buf` (NULL with `cap` 0 to measure), the full length (without the NUL)
- * into `*len`; the text may grow between two calls (counters gain digits), so
- * size the buffer with some room and check `*len < cap`.
- *
- * # Safety
- * `policy` is a live handle; `buf` is NULL or valid for writes of `cap` bytes;
- * `len` is NULL or valid for a write.
- */
-sluicegate_status sluicegate_policy_metrics_text(const struct sluicegate_policy *policy,
-                                                 char *buf,
-                                                 size_t cap,
-                                                 size_t *len);
-
-/**
- * `sluicegate_policy_metrics_text` at the caller's time `now_ns` (the keys
- * gauge counts the keys not back to full at that time).
- *
- * # Safety
- * As `sluicegate_policy_metrics_text`.
- */
-sluicegate_status sluicegate_policy_metrics_text_at(const struct sluicegate_policy *policy,
-                                                    uint64_t now_ns,
-                                                    char *buf,
-                                                    size_t cap,
-                                                    size_t *len);
 
 /**
  * Creates a Redis-backed limiter and stores the new handle in `*out`.

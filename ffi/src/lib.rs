@@ -63,6 +63,8 @@ mod limit;
 pub mod limiter;
 #[cfg(feature = "policy")]
 pub mod policy;
+#[cfg(feature = "policy")]
+pub mod policy_check;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod status;
@@ -77,9 +79,11 @@ pub use keyed::{
 };
 pub use limiter::{sluicegate_decision, sluicegate_limiter};
 #[cfg(feature = "policy")]
-pub use policy::{
-    sluicegate_attr, sluicegate_policy, sluicegate_policy_decision, sluicegate_policy_result,
-    sluicegate_policy_rule, SLUICEGATE_POLICY_MAX_ATTRS, SLUICEGATE_POLICY_NO_RULE,
+pub use policy::sluicegate_policy;
+#[cfg(feature = "policy")]
+pub use policy_check::{
+    sluicegate_attr, sluicegate_policy_decision, sluicegate_policy_result, sluicegate_policy_rule,
+    SLUICEGATE_POLICY_MAX_ATTRS, SLUICEGATE_POLICY_NO_RULE,
 };
 #[cfg(feature = "redis")]
 pub use redis::{
