@@ -58,8 +58,9 @@ impl Reference {
             Reference::Sliding { w, limit, state } => {
                 let (prev, cur) = self.sliding_counts(state.get(key).copied(), now, *w);
                 let elapsed = now % w;
-                let weighted = (u128::from(prev) * u128::from(w - elapsed) / u128::from(*w)) as u64;
-                weighted + cur < *limit
+                // The exact rule: prev·(W−e) + (cur+1)·W ≤ L·W.
+                u128::from(prev) * u128::from(w - elapsed) + u128::from(cur + 1) * u128::from(*w)
+                    <= u128::from(*limit) * u128::from(*w)
             }
         }
     }

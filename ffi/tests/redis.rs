@@ -353,6 +353,10 @@ fn new_rejects_bad_input() {
             SLUICEGATE_ERR_CONFIG_RESOLUTION,
         ),
         (
+            cfg(SLUICEGATE_SLIDING_WINDOW, 4_000_000_000, 86_400 * SEC, 0),
+            SLUICEGATE_ERR_CONFIG_RESOLUTION,
+        ),
+        (
             sluicegate_config {
                 max_delay_ns: SEC,
                 ..bucket()
