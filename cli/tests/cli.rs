@@ -303,7 +303,7 @@ fn lint_messages_and_statuses() {
     );
 
     // Warnings only: exit 0. A rule identical to an earlier one, and a sliding
-    // window limit over half of its one-second bound (1,048,575).
+    // window limit over half of its bound (1,048,575 per window).
     let warnings = "[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n\n[[rule]]\nname = \"c\"\nlimit = \"600000/second\"\nalgorithm = \"sliding_window\"\nmatch = { path = \"/x\" }\n";
     let (code, out) = lint(dir.path(), warnings);
     assert_eq!(code, Some(0), "{out}");
