@@ -257,16 +257,19 @@ impl<C> AnyLimiter<C> {
         self.engine.run(None, n, now, false, &|| now)
     }
 
-    /// [`Self::check_n_at`], with a [`Receipt`] of what it took, to give back with
-    /// [`Self::refund`] (an empty receipt for a denial, a cost of 0, or a limiter
-    /// that cannot give back: see [`Self::can_refund`]).
+    /// [`Self::check_n_at`], writing into `receipt` what it took, to give back
+    /// with [`Self::refund`] (the receipt is overwritten: empty for a denial, a
+    /// cost of 0, or a limiter that cannot give back, see [`Self::can_refund`]).
+    /// The receipt is the caller's, so a hot path can reuse one.
     ///
     /// ```
-    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// # use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
     /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::TokenBucket, "2/s; 3/min")?, ())?;
-    /// let (o, r) = l.check_n_at_receipt(2, 0)?;
-    /// assert!(o.decision.allowed && r.units() == 2);
-    /// l.refund(r, 0); // e.g. another limit of the request denied it
+    /// let mut r = Receipt::empty();
+    /// assert!(l.check_n_at_receipt(2, 0, &mut r)?.decision.allowed);
+    /// assert_eq!(r.units(), 2);
+    /// l.refund(&mut r, 0); // e.g. another limit of the request denied it
+    /// assert!(r.is_empty());
     /// assert_eq!(l.peek_n_at(1, 0)?.decision.remaining, 1); // 2/s full again
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -275,36 +278,41 @@ impl<C> AnyLimiter<C> {
         &self,
         n: u64,
         now: u64,
-    ) -> Result<(Outcome, Receipt), InsufficientCapacity> {
-        let mut r = Receipt::empty();
-        let (o, len) = self.engine.charge(n, now, &mut r.taken)?;
+        receipt: &mut Receipt,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        receipt.len = 0;
+        let (o, len) = self.engine.charge(n, now, &mut receipt.taken)?;
         if len > 0 {
-            r.owner = self.owner();
-            r.n = n;
-            r.len = len as u8;
+            receipt.owner = self.owner();
+            receipt.n = n;
+            receipt.len = len as u8;
         }
-        Ok((o, r))
+        Ok(o)
     }
 
-    /// Gives back what the admission of `receipt` took, never more (see
-    /// [`Receipt`]); a receipt of another handle gives nothing back. `now` is
-    /// read only when other admissions changed the state since.
+    /// Gives back what the admission recorded in `receipt` took, never more (see
+    /// [`Receipt`]), and empties it; a receipt of another handle gives nothing
+    /// back (and stays as it is). `now` is read only when other admissions
+    /// changed the state since.
     ///
     /// ```
-    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// # use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
     /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::SlidingWindow, "4/s")?, ())?;
     /// let other = AnyLimiter::with_clock(&Spec::parse(Kind::SlidingWindow, "4/s")?, ())?;
-    /// let (_, mine) = l.check_n_at_receipt(3, 0)?;
+    /// let mut mine = Receipt::empty();
+    /// l.check_n_at_receipt(3, 0, &mut mine)?;
     /// assert!(l.check_n_at(1, 0)?.decision.allowed); // someone else's unit
-    /// other.refund(mine, 0); // not its receipt: nothing
+    /// other.refund(&mut mine, 0); // not its receipt: nothing
     /// assert!(!l.peek_n_at(1, 0)?.decision.allowed);
-    /// let (_, mine) = l.check_n_at_receipt(0, 0)?;
-    /// assert!(mine.is_empty());
+    /// l.refund(&mut mine, 0);
+    /// l.refund(&mut mine, 0); // spent: nothing more
+    /// assert_eq!(l.peek_n_at(0, 0)?.decision.remaining, 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn refund(&self, receipt: Receipt, now: u64) {
+    pub fn refund(&self, receipt: &mut Receipt, now: u64) {
         if let Some(taken) = receipt.taken_by(self.owner()) {
             self.engine.give_back(receipt.n, taken, now);
+            receipt.len = 0;
         }
     }
 

@@ -3,16 +3,17 @@
 //! A caller that admits a request in several independent limiters (a policy's
 //! rules) and must deny it when a later one denies gives back what the earlier
 //! ones took: [`crate::AnyLimiter::check_n_at_receipt`] and
-//! [`crate::keyed::AnyKeyed::check_n_at_receipt`] return a receipt with the
-//! outcome, and the same handle's `refund(receipt, now)` gives it back.
+//! [`crate::keyed::AnyKeyed::check_n_at_receipt`] write a receipt (the caller's,
+//! so a hot path reuses one), and the same handle's `refund(&mut receipt, now)`
+//! gives it back.
 //!
 //! A refund never credits more than the admission took: it restores the state
 //! from before the admission if nothing happened since, and otherwise applies the
 //! algorithm's own give-back ([`crate::Algorithm::give_back`], the mechanism a
 //! compound's all-or-nothing uses), which takes back at most the admitted units
-//! and nothing that other admissions took. A receipt is consumed by its refund
-//! (it cannot be given back twice), and a receipt offered to another handle
-//! gives nothing back. A keyed table gives nothing back to a key that is no
+//! and nothing that other admissions took. A refund empties the receipt (it
+//! cannot be given back twice), and a receipt offered to another handle gives
+//! nothing back. A keyed table gives nothing back to a key that is no
 //! longer in the table (its charged state may already be in the table's
 //! sketch): conservative, the request's units stay spent.
 
@@ -23,18 +24,18 @@ use crate::spec::Spec;
 /// that cannot give back (see `can_refund`).
 ///
 /// ```
-/// use sluicegate::{AnyLimiter, Kind, Spec};
+/// use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
 /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::FixedWindow, "3/s")?, ())?;
-/// let (outcome, receipt) = l.check_n_at_receipt(2, 0)?;
-/// assert!(outcome.decision.allowed);
+/// let mut receipt = Receipt::empty();
+/// assert!(l.check_n_at_receipt(2, 0, &mut receipt)?.decision.allowed);
 /// assert_eq!(receipt.units(), 2);
-/// l.refund(receipt, 0);
+/// l.refund(&mut receipt, 0);
 /// assert_eq!(l.peek_n_at(3, 0)?.decision.remaining, 0); // all 3 are back
-/// assert!(l.check_n_at_receipt(4, 0).is_err()); // can never pass: nothing taken
+/// assert!(l.check_n_at_receipt(4, 0, &mut receipt).is_err()); // can never pass
+/// assert!(receipt.is_empty());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, PartialEq, Eq)]
-#[must_use = "an admission's receipt is the only way to give it back"]
 pub struct Receipt {
     /// The issuing handle (the address of its engine); 0 when empty.
     pub(crate) owner: usize,
@@ -68,10 +69,13 @@ impl Receipt {
     /// Whether a refund of it gives nothing back.
     ///
     /// ```
-    /// use sluicegate::{AnyLimiter, Kind, Spec};
+    /// use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
     /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::TokenBucket, "1/s")?, ())?;
-    /// assert!(!l.check_n_at_receipt(1, 0)?.1.is_empty());
-    /// assert!(l.check_n_at_receipt(1, 0)?.1.is_empty()); // denied: nothing taken
+    /// let mut r = Receipt::empty();
+    /// l.check_n_at_receipt(1, 0, &mut r)?;
+    /// assert!(!r.is_empty());
+    /// l.check_n_at_receipt(1, 0, &mut r)?;
+    /// assert!(r.is_empty()); // denied: nothing taken
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub const fn is_empty(&self) -> bool {
@@ -81,9 +85,11 @@ impl Receipt {
     /// The units the admission took (0 when empty).
     ///
     /// ```
-    /// use sluicegate::{AnyLimiter, Kind, Spec};
+    /// use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
     /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::SlidingWindow, "5/s; 9/min")?, ())?;
-    /// assert_eq!(l.check_n_at_receipt(3, 0)?.1.units(), 3);
+    /// let mut r = Receipt::empty();
+    /// l.check_n_at_receipt(3, 0, &mut r)?;
+    /// assert_eq!(r.units(), 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub const fn units(&self) -> u64 {

@@ -6,7 +6,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use sluicegate::keyed::{FullPolicy, Group, Keyed};
-use sluicegate::{AnyKeyed, Kind, Quota, Sliding, Spec};
+use sluicegate::{AnyKeyed, Kind, Quota, Receipt, Sliding, Spec};
 
 type Table = Keyed<Sliding, (), Box<[Group]>, foldhash::fast::FixedState>;
 
@@ -55,8 +55,9 @@ fn a_refund_races_a_check_of_the_same_key() {
             assert!(t.check_n_at(&7u64, 1, 0).unwrap().decision.allowed);
             let (a, b) = (t.clone(), t.clone());
             let ha = thread::spawn(move || {
-                let (o, r) = a.check_n_at_receipt(&7u64, 1, 0).unwrap();
-                a.refund(r, 0);
+                let mut r = Receipt::empty();
+                let o = a.check_n_at_receipt(&7u64, 1, 0, &mut r).unwrap();
+                a.refund(&mut r, 0);
                 o.decision.allowed
             });
             let hb = thread::spawn(move || b.check_n_at(&7u64, 1, 0).unwrap().decision.allowed);

@@ -189,6 +189,23 @@ impl Decision {
         }
     }
 
+    /// Forgets the answer (and the rules it refers to), keeping the buffer for
+    /// the next [`crate::Policy::check_n_at_into`].
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// let mut d = p.check_n_at(&[("k", "v")], 1, 0);
+    /// d.clear();
+    /// assert!(d.allowed() && d.rules().next().is_none());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn clear(&mut self) {
+        self.items.clear();
+        self.snapshot = None;
+        self.allowed = true;
+    }
+
     /// Whether the request is admitted.
     ///
     /// ```

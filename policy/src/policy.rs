@@ -303,6 +303,23 @@ impl Policy {
         self.check_n_at(attrs, n, self.clock.now())
     }
 
+    /// [`Self::check_n`] into a decision the caller reuses (see
+    /// [`Self::check_n_at_into`]).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Decision, Policy};
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/minute\"\n")?;
+    /// let mut d = Decision::new();
+    /// p.check_n_into(&[("path", "/")], 2, &mut d);
+    /// assert!(d.allowed());
+    /// p.check_n_into(&[("path", "/")], 1, &mut d);
+    /// assert!(!d.allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn check_n_into<A: Attrs + ?Sized>(&self, attrs: &A, n: u64, out: &mut Decision) {
+        self.check_n_at_into(attrs, n, self.clock.now(), out);
+    }
+
     /// Checks a request of cost `n` at `now` (nanoseconds, the caller's clock;
     /// one clock for all calls to this policy). `n = 0` peeks.
     ///

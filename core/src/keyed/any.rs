@@ -223,16 +223,17 @@ impl<C> AnyKeyed<C> {
             .map(|(o, _)| o)
     }
 
-    /// [`Self::check_n_at`] with a [`Receipt`] of what it took, for
-    /// [`Self::refund`] (empty for a denial or a cost of 0).
+    /// [`Self::check_n_at`], writing into `receipt` what it took, for
+    /// [`Self::refund`] (overwritten; empty for a denial or a cost of 0).
     ///
     /// ```
-    /// use sluicegate::{AnyKeyed, Kind, Spec};
+    /// use sluicegate::{AnyKeyed, Kind, Receipt, Spec};
     /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::SlidingWindow, "3/s")?, 64, ())?;
-    /// let (o, r) = t.check_n_at_receipt("k", 2, 0)?;
-    /// assert!(o.decision.allowed && r.units() == 2);
-    /// t.refund(r, 0);
-    /// assert_eq!(t.peek_n_at("k", 1, 0)?.decision.remaining, 2); // all 3 are back
+    /// let mut r = Receipt::empty();
+    /// assert!(t.check_n_at_receipt("k", 2, 0, &mut r)?.decision.allowed);
+    /// assert_eq!(r.units(), 2);
+    /// t.refund(&mut r, 0);
+    /// assert_eq!(t.peek_n_at("k", 0, 0)?.decision.remaining, 3); // all back
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
@@ -241,19 +242,20 @@ impl<C> AnyKeyed<C> {
         key: &K,
         n: u64,
         now: u64,
-    ) -> Result<(Outcome, Receipt), InsufficientCapacity> {
-        self.check_n_at_hashed_receipt(self.key_hash(key), n, now)
+        receipt: &mut Receipt,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        self.check_n_at_hashed_receipt(self.key_hash(key), n, now, receipt)
     }
 
     /// [`Self::check_n_at_receipt`] for a key hashed by [`Self::key_hash`].
     ///
     /// ```
-    /// use sluicegate::{AnyKeyed, Kind, Spec};
+    /// use sluicegate::{AnyKeyed, Kind, Receipt, Spec};
     /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::TokenBucket, "1/s; 5/min")?, 64, ())?;
-    /// let k = t.key_hash("k");
-    /// let (_, r) = t.check_n_at_hashed_receipt(k, 1, 0)?;
+    /// let (k, mut r) = (t.key_hash("k"), Receipt::empty());
+    /// t.check_n_at_hashed_receipt(k, 1, 0, &mut r)?;
     /// assert!(!t.check_n_at_hashed(k, 1, 0)?.decision.allowed);
-    /// t.refund(r, 0);
+    /// t.refund(&mut r, 0);
     /// assert!(t.check_n_at_hashed(k, 1, 0)?.decision.allowed);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -263,38 +265,42 @@ impl<C> AnyKeyed<C> {
         key: KeyHash,
         n: u64,
         now: u64,
-    ) -> Result<(Outcome, Receipt), InsufficientCapacity> {
-        let mut r = Receipt::empty();
+        receipt: &mut Receipt,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        receipt.len = 0;
         let (o, len) = self
             .engine
-            .run(key.0, n, now, true, &|| now, Some(&mut r.taken))?;
+            .run(key.0, n, now, true, &|| now, Some(&mut receipt.taken))?;
         if len > 0 {
-            r.owner = self.owner();
-            r.key = key.0;
-            r.n = n;
-            r.len = len as u8;
+            receipt.owner = self.owner();
+            receipt.key = key.0;
+            receipt.n = n;
+            receipt.len = len as u8;
         }
-        Ok((o, r))
+        Ok(o)
     }
 
-    /// Gives back what the admission of `receipt` took from its key, never more
-    /// (see [`Receipt`]). A key evicted since gets nothing back (its charged
-    /// state may be in the table's sketch: the units stay spent), and a receipt
-    /// of another handle gives nothing back. `now` is read only when other
-    /// admissions changed the key's state since.
+    /// Gives back what the admission recorded in `receipt` took from its key,
+    /// never more (see [`Receipt`]), and empties it. A key evicted since gets
+    /// nothing back (its charged state may be in the table's sketch: the units
+    /// stay spent); a receipt of another handle gives nothing back. `now` is
+    /// read only when other admissions changed the key's state since.
     ///
     /// ```
-    /// use sluicegate::{AnyKeyed, Kind, Spec};
+    /// use sluicegate::{AnyKeyed, Kind, Receipt, Spec};
     /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::TokenBucket, "2/s")?, 64, ())?;
-    /// let (_, r) = t.check_n_at_receipt("a", 1, 0)?;
+    /// let mut r = Receipt::empty();
+    /// t.check_n_at_receipt("a", 1, 0, &mut r)?;
     /// assert!(t.check_n_at("a", 1, 0)?.decision.allowed); // another request's unit
-    /// t.refund(r, 0);
-    /// assert_eq!(t.peek_n_at("a", 1, 0)?.decision.remaining, 0); // one back, not two
+    /// t.refund(&mut r, 0);
+    /// t.refund(&mut r, 0); // spent: nothing more
+    /// assert_eq!(t.peek_n_at("a", 0, 0)?.decision.remaining, 1); // one back, not two
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn refund(&self, receipt: Receipt, now: u64) {
+    pub fn refund(&self, receipt: &mut Receipt, now: u64) {
         if let Some(taken) = receipt.taken_by(self.owner()) {
             self.engine.give_back(receipt.key, receipt.n, taken, now);
+            receipt.len = 0;
         }
     }
 
