@@ -416,7 +416,12 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(20_000))]
+        // Under miri (isolated: no failure file) a few cases.
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 16 } else { 20_000 },
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
 
         /// Wherever the fast path answers, it answers exactly as the `u128` path.
         #[test]
