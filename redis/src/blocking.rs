@@ -120,10 +120,11 @@ impl RedisLimiter {
 
     /// The async limiter this one drives.
     ///
-    /// ```    /// # use sluicegate_redis::*;
+    /// ```
+    /// # use sluicegate_redis::*;
     /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
-    /// assert_eq!(rl.as_async().redis_key("k"), "sluicegate:x:{k}");
+    /// assert_eq!(rl.as_async().redis_key("k"), "sluicegate:x:token_bucket:{k}");
     /// ```
     pub fn as_async(&self) -> &AsyncLimiter {
         &self.inner
@@ -135,12 +136,13 @@ impl RedisLimiter {
     /// coalescing tasks. The handle does not keep the runtime alive: this limiter
     /// and its clones do.
     ///
-    /// ```    /// # use sluicegate_redis::*;
+    /// ```
+    /// # use sluicegate_redis::*;
     /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let a = rl.as_async().clone();
     /// let task = rl.handle().spawn(async move { a.redis_key("k") });
-    /// assert_eq!(rl.handle().block_on(task).unwrap(), "sluicegate:x:{k}");
+    /// assert_eq!(rl.handle().block_on(task).unwrap(), "sluicegate:x:token_bucket:{k}");
     /// ```
     pub fn handle(&self) -> &tokio::runtime::Handle {
         self.rt.handle()
@@ -148,7 +150,8 @@ impl RedisLimiter {
 
     /// See [`crate::RedisLimiter::limit`].
     ///
-    /// ```    /// # use sluicegate_redis::*;
+    /// ```
+    /// # use sluicegate_redis::*;
     /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// assert_eq!(rl.limit(), &limit);
@@ -233,7 +236,8 @@ pub struct HybridLimiter {
 impl HybridLimiter {
     /// See [`crate::HybridLimiter::new`].
     ///
-    /// ```    /// # use sluicegate_redis::*;
+    /// ```
+    /// # use sluicegate_redis::*;
     /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
@@ -270,7 +274,8 @@ impl HybridLimiter {
 
     /// See [`crate::HybridLimiter::stats`].
     ///
-    /// ```    /// # use sluicegate_redis::*;
+    /// ```
+    /// # use sluicegate_redis::*;
     /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
     /// # let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();

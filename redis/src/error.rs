@@ -111,6 +111,22 @@ impl ConfigError {
     }
 }
 
+impl ConfigError {
+    /// The core's spec error underneath, when the spec or its quota was invalid
+    /// (bindings map it to their own codes).
+    ///
+    /// ```
+    /// # use sluicegate_redis::{Error, Limit};
+    /// let Err(Error::Config(c)) = Limit::parse("token_bucket", "0/s") else { panic!() };
+    /// assert!(c.spec_error().is_some());
+    /// ```
+    pub fn spec_error(&self) -> Option<&SpecError> {
+        self.source
+            .as_deref()
+            .and_then(|e| e.downcast_ref::<SpecError>())
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.field, self.reason)?;
