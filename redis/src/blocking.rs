@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::hybrid::{HybridConfig, HybridLimiter as AsyncHybrid, HybridStats};
 use crate::limit::{Limit, Reply};
-use crate::limiter::{Config, RedisLimiter as AsyncLimiter, Verdict};
+use crate::limiter::{Config, RedisLimiter as AsyncLimiter};
+use crate::verdict::{RedisStats, Verdict};
 use crate::Backend;
 
 fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
@@ -17,15 +18,20 @@ fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
         .enable_all()
         .build()
         .map(Arc::new)
-        .map_err(|e| Error::Url(format!("cannot start the runtime: {e}")))
+        .map_err(|e| {
+            Error::Config(ConfigError::caused_by(
+                "runtime",
+                "cannot start the runtime",
+                e,
+            ))
+        })
 }
 
 /// The blocking [`crate::RedisLimiter`]. Cheap to clone; usable from many threads.
 ///
 /// ```no_run
-/// use sluicegate::Quota;
-/// use sluicegate_redis::{blocking, Algorithm, Backend, Config, Limit};
-/// let limit = Limit::new(Algorithm::FixedWindow, Quota::per_minute(2))?;
+/// use sluicegate_redis::{blocking, Backend, Config, Limit};
+/// let limit = Limit::parse("fixed_window", "2/minute")?;
 /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "b", limit, Config::default())?;
 /// rl.check("k")?;
 /// rl.check("k")?;
@@ -42,9 +48,8 @@ impl RedisLimiter {
     /// See [`crate::RedisLimiter::new`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// assert_eq!(rl.limit().capacity(), 1);
     /// ```
@@ -55,14 +60,71 @@ impl RedisLimiter {
         })
     }
 
+    /// See [`crate::RedisLimiter::from_spec`].
+    ///
+    /// ```
+    /// use sluicegate_redis::{blocking, Config, Kind, Spec};
+    /// let spec = Spec::parse(Kind::FixedWindow, "10/s").unwrap();
+    /// let rl = blocking::RedisLimiter::from_spec("redis://127.0.0.1:6379", "x", &spec, Config::default()).unwrap();
+    /// assert_eq!(rl.limit().capacity(), 10);
+    /// ```
+    pub fn from_spec(
+        url: &str,
+        name: &str,
+        spec: &sluicegate::Spec,
+        cfg: Config,
+    ) -> Result<Self, Error> {
+        Ok(Self {
+            rt: runtime()?,
+            inner: AsyncLimiter::from_spec(url, name, spec, cfg)?,
+        })
+    }
+
+    /// See [`crate::RedisLimiter::connect`].
+    ///
+    /// ```no_run
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "1/s")?;
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1")?, "x", limit, Config::default())?;
+    /// assert!(rl.connect().is_err()); // nothing listens on port 1
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn connect(&self) -> Result<(), Error> {
+        self.rt.block_on(self.inner.connect())
+    }
+
+    /// See [`crate::RedisLimiter::stats`].
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "1/s").unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert_eq!(rl.stats().policy_answers(), 0);
+    /// assert!(rl.last_error().is_none());
+    /// ```
+    pub fn stats(&self) -> RedisStats {
+        self.inner.stats()
+    }
+
+    /// See [`crate::RedisLimiter::last_error`].
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "1/s").unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert!(rl.last_error().is_none());
+    /// ```
+    pub fn last_error(&self) -> Option<Error> {
+        self.inner.last_error()
+    }
+
     /// The async limiter this one drives.
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
-    /// assert_eq!(rl.as_async().redis_key("k"), "sluicegate:x:{k}");
+    /// assert_eq!(rl.as_async().redis_key("k"), "sluicegate:x:token_bucket:{k}");
     /// ```
     pub fn as_async(&self) -> &AsyncLimiter {
         &self.inner
@@ -75,13 +137,12 @@ impl RedisLimiter {
     /// and its clones do.
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let a = rl.as_async().clone();
     /// let task = rl.handle().spawn(async move { a.redis_key("k") });
-    /// assert_eq!(rl.handle().block_on(task).unwrap(), "sluicegate:x:{k}");
+    /// assert_eq!(rl.handle().block_on(task).unwrap(), "sluicegate:x:token_bucket:{k}");
     /// ```
     pub fn handle(&self) -> &tokio::runtime::Handle {
         self.rt.handle()
@@ -90,9 +151,8 @@ impl RedisLimiter {
     /// See [`crate::RedisLimiter::limit`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// assert_eq!(rl.limit(), &limit);
     /// ```
@@ -160,9 +220,8 @@ impl RedisLimiter {
 /// The blocking [`crate::HybridLimiter`].
 ///
 /// ```no_run
-/// use sluicegate::Quota;
-/// use sluicegate_redis::{blocking, Algorithm, Backend, Config, HybridConfig, Limit};
-/// let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100))?;
+/// use sluicegate_redis::{blocking, Backend, Config, HybridConfig, Limit};
+/// let limit = Limit::parse("token_bucket", "100/s")?;
 /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "h", limit, Config::default())?;
 /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default())?;
 /// assert!(h.check("k")?.decision.allowed);
@@ -178,9 +237,8 @@ impl HybridLimiter {
     /// See [`crate::HybridLimiter::new`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
     /// assert_eq!(h.stats().local, 0);
@@ -217,9 +275,8 @@ impl HybridLimiter {
     /// See [`crate::HybridLimiter::stats`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
     /// # let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
     /// assert_eq!(h.stats().round_trips, 0);

@@ -1,9 +1,10 @@
 //! What a check answers when Redis cannot: per-limit failure policies.
 
 use sluicegate::keyed::{DefaultHashBuilder, Group, Keyed};
-use sluicegate::{Clock, Decision, DefaultClock, Fixed, Gcra, Quota, Shaping, Sliding};
+use sluicegate::{Clock, Decision, DefaultClock, Fixed, Gcra, Kind, Quota, Shaping, Sliding};
 
-use crate::limit::{Algorithm, Limit};
+use crate::error::{ConfigError, Error};
+use crate::limit::Limit;
 
 /// What a check answers while Redis is unavailable (an error, a timeout, or an
 /// open circuit breaker).
@@ -36,6 +37,38 @@ impl Default for FailurePolicy {
     }
 }
 
+/// A rule file's `on_error`: `"open"`, `"closed"`, `"local"` (the default share,
+/// 10%) or `"local:N"` (N% of the quota, 1–100).
+///
+/// ```
+/// use sluicegate_redis::FailurePolicy;
+/// assert_eq!("open".parse::<FailurePolicy>().unwrap(), FailurePolicy::Open);
+/// assert_eq!("local:25".parse::<FailurePolicy>().unwrap(), FailurePolicy::Local { share_percent: 25 });
+/// assert!("local:0".parse::<FailurePolicy>().is_err());
+/// assert!("sometimes".parse::<FailurePolicy>().is_err());
+/// ```
+impl core::str::FromStr for FailurePolicy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || {
+            Error::Config(ConfigError::new(
+                "on_error",
+                format!("{s:?}: expected open, closed, local or local:N (N from 1 to 100)"),
+            ))
+        };
+        match s {
+            "open" => Ok(Self::Open),
+            "closed" => Ok(Self::Closed),
+            "local" => Ok(Self::default()),
+            _ => match s.strip_prefix("local:").map(str::parse::<u8>) {
+                Some(Ok(p @ 1..=100)) => Ok(Self::Local { share_percent: p }),
+                _ => Err(bad()),
+            },
+        }
+    }
+}
+
 /// The local limiters behind [`FailurePolicy::Local`]: a bounded keyed table of the
 /// same algorithm at the configured share.
 pub(crate) enum Fallback {
@@ -61,20 +94,25 @@ pub(crate) fn share(quota: Quota, percent: u8) -> Quota {
 }
 
 impl Fallback {
-    pub(crate) fn new(limit: &Limit, percent: u8, keys: usize) -> Option<Self> {
+    pub(crate) fn new(limit: &Limit, percent: u8, keys: usize) -> Result<Self, Error> {
         let q = share(limit.quota(), percent);
         let keys = keys.max(16);
-        Some(match limit.algorithm() {
-            Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-                Self::Gcra(Keyed::new(q, keys).ok()?)
-            }
-            Algorithm::Shaper { max_delay } => Self::Shaper(
+        let invalid = |e| {
+            Error::Config(ConfigError::caused_by(
+                "share_percent",
+                "the local share of this quota is not a valid local limit",
+                e,
+            ))
+        };
+        Ok(match limit.kind() {
+            Kind::Shaper => Self::Shaper(
                 Keyed::new(q, keys)
-                    .ok()?
-                    .with_max_delay(u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX)),
+                    .map_err(invalid)?
+                    .with_max_delay(limit.max_delay_ns()),
             ),
-            Algorithm::FixedWindow => Self::Fixed(Keyed::new(q, keys).ok()?),
-            Algorithm::SlidingWindow => Self::Sliding(Keyed::new(q, keys).ok()?),
+            Kind::FixedWindow => Self::Fixed(Keyed::new(q, keys).map_err(invalid)?),
+            Kind::SlidingWindow => Self::Sliding(Keyed::new(q, keys).map_err(invalid)?),
+            _ => Self::Gcra(Keyed::new(q, keys).map_err(invalid)?),
         })
     }
 

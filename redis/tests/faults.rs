@@ -7,6 +7,9 @@
 //!
 //! The scenarios run one after another in one test, so that no two of them share
 //! the machine's cores while latencies are measured.
+// Written against the deprecated `Algorithm` names, which must keep working;
+// tests/isolation.rs and tests/operations.rs use `Spec` and `Kind`.
+#![allow(deprecated)]
 
 mod common;
 

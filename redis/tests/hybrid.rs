@@ -3,6 +3,9 @@
 //! the negative cache after a denial; for the token bucket and for both windows
 //! (whose fleet tests count every admission in its Redis-time window, and whose
 //! leases must expire at their window's end).
+// Written against the deprecated `Algorithm` names, which must keep working;
+// tests/isolation.rs and tests/operations.rs use `Spec` and `Kind`.
+#![allow(deprecated)]
 
 mod common;
 
