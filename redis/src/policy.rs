@@ -1,7 +1,7 @@
 //! What a check answers when Redis cannot: per-limit failure policies.
 
-use sluicegate::keyed::{DefaultHashBuilder, Group, Keyed};
-use sluicegate::{Clock, Decision, DefaultClock, Fixed, Gcra, Kind, Quota, Shaping, Sliding};
+use sluicegate::keyed::AnyKeyed;
+use sluicegate::{Decision, DefaultClock, Quota, Spec, SpecError};
 
 use crate::error::{ConfigError, Error};
 use crate::limit::Limit;
@@ -69,16 +69,11 @@ impl core::str::FromStr for FailurePolicy {
     }
 }
 
-/// The local limiters behind [`FailurePolicy::Local`]: a bounded keyed table of the
-/// same algorithm at the configured share.
-pub(crate) enum Fallback {
-    Gcra(Table<Gcra>),
-    Shaper(Table<Shaping>),
-    Fixed(Table<Fixed>),
-    Sliding(Table<Sliding>),
+/// The local limiter behind [`FailurePolicy::Local`]: a bounded core keyed table
+/// of the same kind at the configured share of the quota.
+pub(crate) struct Fallback {
+    table: AnyKeyed<DefaultClock>,
 }
-
-type Table<A> = Keyed<A, DefaultClock, Box<[Group]>, DefaultHashBuilder>;
 
 impl core::fmt::Debug for Fallback {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -94,61 +89,50 @@ pub(crate) fn share(quota: Quota, percent: u8) -> Quota {
 }
 
 impl Fallback {
+    /// The table of `keys` keys (at least 16), allocated now and fallibly: an
+    /// allocation failure is an [`Error::Config`] whose
+    /// [`ConfigError::spec_error`] is [`SpecError::Alloc`].
     pub(crate) fn new(limit: &Limit, percent: u8, keys: usize) -> Result<Self, Error> {
         let q = share(limit.quota(), percent);
-        let keys = keys.max(16);
-        let invalid = |e| {
+        let spec = Spec::new(limit.kind(), &[q]).and_then(|s| match limit.max_delay_ns() {
+            0 => Ok(s),
+            ns => s.with_max_delay_ns(ns),
+        });
+        let spec = spec.map_err(|e| {
             Error::Config(ConfigError::caused_by(
                 "share_percent",
                 "the local share of this quota is not a valid local limit",
                 e,
             ))
-        };
-        Ok(match limit.kind() {
-            Kind::Shaper => Self::Shaper(
-                Keyed::new(q, keys)
-                    .map_err(invalid)?
-                    .with_max_delay(limit.max_delay_ns()),
-            ),
-            Kind::FixedWindow => Self::Fixed(Keyed::new(q, keys).map_err(invalid)?),
-            Kind::SlidingWindow => Self::Sliding(Keyed::new(q, keys).map_err(invalid)?),
-            _ => Self::Gcra(Keyed::new(q, keys).map_err(invalid)?),
-        })
+        })?;
+        let table = AnyKeyed::with_clock(&spec, keys.max(16), DefaultClock::default()).map_err(
+            |e| match e {
+                SpecError::Alloc { .. } => Error::Config(ConfigError::caused_by(
+                    "fallback_keys",
+                    "the local fallback table could not be allocated",
+                    e,
+                )),
+                e => Error::Config(ConfigError::caused_by(
+                    "share_percent",
+                    "the local share of this quota is not a valid local limit",
+                    e,
+                )),
+            },
+        )?;
+        Ok(Self { table })
     }
 
     /// The local decision and (shaper) delay; a cost above the local share's
     /// capacity is a denial that never clears (it would always be one).
     pub(crate) fn check(&self, key: &str, n: u64, consume: bool) -> (Decision, u64) {
-        let never = |capacity: u64| Decision {
-            allowed: false,
-            remaining: 0,
-            retry_after_ns: u64::MAX,
-            reset_after_ns: 0,
-            limit: capacity,
+        let r = if consume {
+            self.table.check_n(key, n)
+        } else {
+            self.table.peek_n(key, n)
         };
-        macro_rules! run {
-            ($k:expr) => {{
-                let r = if consume {
-                    $k.check_n(key, n)
-                } else {
-                    $k.peek_n(key, n)
-                };
-                (r.unwrap_or_else(|e| never(e.capacity)), 0)
-            }};
-        }
-        match self {
-            Self::Gcra(k) => run!(k),
-            Self::Fixed(k) => run!(k),
-            Self::Sliding(k) => run!(k),
-            Self::Shaper(k) => {
-                if !consume {
-                    return run!(k);
-                }
-                match k.reserve_n_at(key, n, k.clock().now()) {
-                    Ok(r) => (*r.decision(), r.delay_ns()),
-                    Err(e) => (never(e.capacity), 0),
-                }
-            }
+        match r {
+            Ok(o) => (o.decision, if consume { o.delay_ns } else { 0 }),
+            Err(e) => (Decision::never(e.capacity), 0),
         }
     }
 }

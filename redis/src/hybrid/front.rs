@@ -2,41 +2,59 @@
 //! process alone has used up, without a round trip. For the buckets it runs on
 //! the local clock; for the windows on this process's estimate of Redis time.
 
-use sluicegate::keyed::{DefaultHashBuilder, Group, Keyed};
-use sluicegate::{Decision, DefaultClock, Fixed, Gcra, InsufficientCapacity, Kind, Sliding};
+use sluicegate::keyed::AnyKeyed;
+use sluicegate::{Clock, Decision, DefaultClock, InsufficientCapacity};
 
 use crate::error::{ConfigError, Error};
 use crate::limit::Limit;
 
-type Table<A, C> = Keyed<A, C, Box<[Group]>, DefaultHashBuilder>;
-
-/// The front limiter: the bucket on the local clock, the windows on Redis time
-/// as this process estimates it (see the module docs).
-pub(crate) enum Front {
-    Bucket(Table<Gcra, DefaultClock>),
-    Fixed(Table<Fixed, ()>),
-    Sliding(Table<Sliding, ()>),
+/// The front limiter: a core keyed table of the limit's own spec, on the local
+/// clock (buckets) or on Redis time as this process estimates it (windows:
+/// their state is aligned to Redis' window boundaries; see the module docs).
+pub(crate) struct Front {
+    table: AnyKeyed<DefaultClock>,
+    /// Whether the limit's state is on Redis time (a window script's).
+    redis_time: bool,
 }
 
-fn invalid(e: sluicegate::ConfigError) -> Error {
-    Error::Config(ConfigError::caused_by(
-        "spec",
-        "no local front limiter for it",
-        e,
-    ))
+impl core::fmt::Debug for Front {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Front")
+            .field("redis_time", &self.redis_time)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Front {
-    /// The front of `limit`, holding `slots` keys.
+    /// The front of `limit`, holding `slots` keys (allocated now, fallibly).
     pub(crate) fn new(limit: &Limit, slots: usize) -> Result<Self, Error> {
-        let quota = limit.quota();
-        Ok(match limit.kind() {
-            Kind::FixedWindow => Self::Fixed(Keyed::with_clock(quota, slots, ()).map_err(invalid)?),
-            Kind::SlidingWindow => {
-                Self::Sliding(Keyed::with_clock(quota, slots, ()).map_err(invalid)?)
-            }
-            _ => Self::Bucket(Keyed::new(quota, slots).map_err(invalid)?),
+        let Some(spec) = limit.spec() else {
+            return Err(Error::Config(ConfigError::new(
+                "spec",
+                "hybrid mode needs a local limiter of the same quota, and this one is past the local layout",
+            )));
+        };
+        let table = AnyKeyed::with_clock(&spec, slots, DefaultClock::default()).map_err(|e| {
+            Error::Config(ConfigError::caused_by(
+                "max_keys",
+                "no local front limiter for it",
+                e,
+            ))
+        })?;
+        Ok(Self {
+            table,
+            redis_time: limit.params.window_ns != 0,
         })
+    }
+
+    /// The instant the front decides at: `at` (Redis time) for the windows, the
+    /// local clock for the buckets.
+    fn now(&self, at: u64) -> u64 {
+        if self.redis_time {
+            at
+        } else {
+            self.table.clock().now()
+        }
     }
 
     /// The front's decision on `n` more units, at Redis time `at` (windows).
@@ -46,19 +64,11 @@ impl Front {
         n: u64,
         at: u64,
     ) -> Result<Decision, InsufficientCapacity> {
-        match self {
-            Self::Bucket(t) => t.peek_n(key, n),
-            Self::Fixed(t) => t.peek_n_at(key, n, at),
-            Self::Sliding(t) => t.peek_n_at(key, n, at),
-        }
+        Ok(self.table.peek_n_at(key, n, self.now(at))?.decision)
     }
 
     /// Records `n` admitted units, at Redis time `at` (windows).
     pub(crate) fn charge(&self, key: &str, n: u64, at: u64) {
-        let _ = match self {
-            Self::Bucket(t) => t.check_n(key, n),
-            Self::Fixed(t) => t.check_n_at(key, n, at),
-            Self::Sliding(t) => t.check_n_at(key, n, at),
-        };
+        let _ = self.table.check_n_at(key, n, self.now(at));
     }
 }
