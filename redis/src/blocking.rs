@@ -1,6 +1,10 @@
 //! Blocking wrappers: the async limiters driven by a private runtime (one worker
-//! thread that also keeps the multiplexed connection's socket busy). Call these
-//! from plain threads, not from inside an async runtime (that would block it).
+//! thread that also keeps the multiplexed connection's socket busy). Meant for
+//! plain threads. Called from inside another Tokio runtime (a synchronous API such
+//! as a policy check inside an async server), where `block_on` would panic, a call
+//! is run on the private runtime and waited for: it works, and blocks that
+//! runtime's worker thread for the round trip (a hybrid check spent from a lease
+//! never leaves the calling thread).
 
 use std::sync::Arc;
 
@@ -10,6 +14,32 @@ use crate::limit::{Limit, Reply};
 use crate::limiter::{Config, RedisLimiter as AsyncLimiter};
 use crate::verdict::{RedisStats, Verdict};
 use crate::Backend;
+
+/// Whether this thread is inside a Tokio runtime (where `block_on` panics).
+fn in_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// Runs `fut` on `rt` and waits for it on this thread (which is inside another
+/// runtime); `lost` if the runtime stopped before answering.
+fn hop<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+    lost: impl FnOnce() -> T,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().unwrap_or_else(|_| lost())
+}
+
+/// The error of a call whose runtime stopped before it answered.
+fn stopped() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::other(
+        "the limiter's runtime stopped before answering",
+    )))
+}
 
 fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
     tokio::runtime::Builder::new_multi_thread()
@@ -90,6 +120,14 @@ impl RedisLimiter {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn connect(&self) -> Result<(), Error> {
+        if in_runtime() {
+            let l = self.inner.clone();
+            return hop(
+                &self.rt,
+                async move { l.connect().await },
+                || Err(stopped()),
+            );
+        }
         self.rt.block_on(self.inner.connect())
     }
 
@@ -168,7 +206,7 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check(&self, key: &str) -> Result<Verdict, Error> {
-        self.rt.block_on(self.inner.check(key))
+        self.check_n(key, 1)
     }
 
     /// See [`crate::RedisLimiter::check_n`].
@@ -179,6 +217,12 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        if in_runtime() {
+            let (l, key) = (self.inner.clone(), key.to_owned());
+            return hop(&self.rt, async move { l.check_n(&key, n).await }, || {
+                Err(stopped())
+            });
+        }
         self.rt.block_on(self.inner.check_n(key, n))
     }
 
@@ -191,6 +235,12 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn peek_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        if in_runtime() {
+            let (l, key) = (self.inner.clone(), key.to_owned());
+            return hop(&self.rt, async move { l.peek_n(&key, n).await }, || {
+                Err(stopped())
+            });
+        }
         self.rt.block_on(self.inner.peek_n(key, n))
     }
 
@@ -202,6 +252,20 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub fn check_many(&self, items: &[(&str, u64)]) -> Vec<Result<Verdict, Error>> {
+        if in_runtime() {
+            let l = self.inner.clone();
+            let owned: Vec<(String, u64)> = items.iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+            let count = owned.len();
+            return hop(
+                &self.rt,
+                async move {
+                    let refs: Vec<(&str, u64)> =
+                        owned.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+                    l.check_many(&refs).await
+                },
+                || (0..count).map(|_| Err(stopped())).collect(),
+            );
+        }
         self.rt.block_on(self.inner.check_many(items))
     }
 
@@ -213,6 +277,14 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn try_check_n(&self, key: &str, n: u64) -> Result<Reply, Error> {
+        if in_runtime() {
+            let (l, key) = (self.inner.clone(), key.to_owned());
+            return hop(
+                &self.rt,
+                async move { l.try_check_n(&key, n).await },
+                || Err(stopped()),
+            );
+        }
         self.rt.block_on(self.inner.try_check_n(key, n))
     }
 }
@@ -258,6 +330,16 @@ impl HybridLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        // Spent from a lease, or denied by the front: no runtime involved.
+        if let Some(v) = self.inner.check_local(key, n)? {
+            return Ok(v);
+        }
+        if in_runtime() {
+            let (h, key) = (self.inner.clone(), key.to_owned());
+            return hop(&self.rt, async move { h.check_n(&key, n).await }, || {
+                Err(stopped())
+            });
+        }
         self.rt.block_on(self.inner.check_n(key, n))
     }
 

@@ -381,6 +381,62 @@ impl HybridLimiter {
         self.check_n(key, 1).await
     }
 
+    /// The part of [`Self::check_n`] decided in this process, without waiting:
+    /// `n` units spent from the key's lease ([`Source::Lease`]), or denied by the
+    /// front limiter ([`Source::LocalDenial`]); `None` when only Redis can
+    /// decide (or for `n = 0`, a peek at Redis). A cost above the capacity is an
+    /// error, as for `check_n`. What the blocking API calls first, so a check
+    /// answered locally never enters a runtime.
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "100/s").unwrap();
+    /// let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert!(h.check_local("k", 1).unwrap().is_none()); // no lease yet
+    /// assert!(h.check_local("k", 101).is_err());
+    /// ```
+    pub fn check_local(&self, key: &str, n: u64) -> Result<Option<Verdict>, Error> {
+        let inner = &*self.inner;
+        let limit = inner.remote.limit().capacity();
+        if n > limit {
+            return Err(Error::Capacity(InsufficientCapacity {
+                requested: n,
+                capacity: limit,
+            }));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let offset = match inner.keys.with(key, |e| {
+            (
+                self.local(e, key, n, limit),
+                e.offset.load(Ordering::Acquire),
+            )
+        }) {
+            Some((Some(v), _)) => return Ok(Some(v)),
+            Some((None, offset)) => offset,
+            None => 0,
+        };
+        // The front limiter only ever sees admitted units (it is charged on
+        // admission), so it denies exactly when this process alone has used the
+        // whole quota: a denial Redis would give, without asking. A window's front
+        // runs on Redis time, known after the key's first lease.
+        if inner.window_ns == 0 || offset != 0 {
+            let at = inner.now().saturating_add(offset);
+            let front = inner.front.peek(key, n, at).map_err(Error::Capacity)?;
+            if !front.allowed {
+                inner.counters.local();
+                return Ok(Some(Verdict {
+                    decision: front,
+                    source: Source::LocalDenial,
+                    delay_ns: 0,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
     /// Checks and charges `n` units for `key`; see the [module docs](self). The
     /// decision's `remaining` counts this process's lease and what Redis reported
     /// at the last lease; `n = 0` peeks at Redis.
@@ -393,38 +449,15 @@ impl HybridLimiter {
     /// ```
     pub async fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
         let inner = &*self.inner;
-        let limit = inner.remote.limit().capacity();
-        if n > limit {
-            return Err(Error::Capacity(InsufficientCapacity {
-                requested: n,
-                capacity: limit,
-            }));
-        }
         if n == 0 {
             inner.counters.round_trip();
             return inner.remote.peek_n(key, 0).await;
         }
-        if let Some(Some(v)) = inner.keys.with(key, |e| self.local(e, key, n, limit)) {
+        if let Some(v) = self.check_local(key, n)? {
             return Ok(v);
         }
+        let limit = inner.remote.limit().capacity();
         let entry = inner.keys.entry(key, inner.now());
-        // The front limiter only ever sees admitted units (it is charged on
-        // admission), so it denies exactly when this process alone has used the
-        // whole quota: a denial Redis would give, without asking. A window's front
-        // runs on Redis time, known after the key's first lease.
-        let offset = entry.offset.load(Ordering::Acquire);
-        if inner.window_ns == 0 || offset != 0 {
-            let at = inner.now().saturating_add(offset);
-            let front = inner.front.peek(key, n, at).map_err(Error::Capacity)?;
-            if !front.allowed {
-                inner.counters.local();
-                return Ok(Verdict {
-                    decision: front,
-                    source: Source::LocalDenial,
-                    delay_ns: 0,
-                });
-            }
-        }
         let Some(_flight) = self.join_flight(&entry, key).await else {
             inner.counters.round_trip();
             return Ok(inner.remote.policy(key, n, true));
