@@ -2,7 +2,7 @@
 //! compare-and-swap; the negative cache; and the round trip that takes the next
 //! batch (sizes, expiry on the local clock, the answer when it fails).
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 use std::sync::Arc;
 
@@ -43,8 +43,6 @@ pub(crate) struct Entry {
     /// hands: spent since = `leased` − units left.
     pub(crate) last_lease: AtomicU64,
     pub(crate) leased: AtomicU64,
-    /// Whether Redis has little left: lease single units.
-    pub(crate) scarce: AtomicBool,
     pub(crate) flight: tokio::sync::Mutex<()>,
     /// Round trips of this key that failed (Redis unavailable).
     pub(crate) failures: AtomicU64,
@@ -186,8 +184,6 @@ impl HybridLimiter {
             e.store_lease(left, expires, window_end, offset);
             e.last_lease.store(t0, Ordering::Relaxed);
             e.leased.store(r.granted, Ordering::Relaxed);
-            let scarce = r.decision.remaining < 2 * inner.max_batch;
-            e.scarce.store(scarce, Ordering::Relaxed);
             let at = inner
                 .now()
                 .saturating_add(offset)
@@ -209,13 +205,16 @@ impl HybridLimiter {
             e.leased.store(r.granted, Ordering::Relaxed);
             (self.retry_for(n, r.granted, &r), n)
         } else {
-            // A denial of one unit: its retry_after holds for every cost.
-            (r.decision.retry_after_ns, 1)
+            // A denial of one unit: it holds for every cost, until a batch of
+            // this key's demand can be there (at saturation the next lease then
+            // brings a batch, not the one unit freed first; the units wait in
+            // Redis, not lost, and the wait is at most a batch's worth of rate).
+            let batch_retry = self.retry_for(batch, 0, &r);
+            (r.decision.retry_after_ns.max(batch_retry), 1)
         };
         e.deny_cost.store(cost, Ordering::Relaxed);
         e.deny_until
             .store(t0.saturating_add(retry), Ordering::Release);
-        e.scarce.store(true, Ordering::Relaxed);
         Ok(Verdict {
             decision: Decision {
                 allowed: false,
@@ -258,9 +257,6 @@ impl HybridLimiter {
     fn batch_size(&self, e: &Entry, now: u64) -> u64 {
         let inner = &*self.inner;
         let max = inner.max_batch;
-        if e.scarce.load(Ordering::Relaxed) {
-            return 1;
-        }
         let last = e.last_lease.load(Ordering::Relaxed);
         if last == 0 {
             return 1; // no rate known yet: start small
