@@ -8,7 +8,8 @@
  *  - every fallible function returns a sluicegate_status; SLUICEGATE_OK is 0;
  *    sluicegate_status_str() gives a static message for any value;
  *  - handles are opaque, created by *_new and released by *_free (NULL-safe);
- *    every other call may run on any thread at once;
+ *    every other call may run on any thread at once (a sluicegate_policy_decision,
+ *    a reusable output buffer, is used by one thread at a time);
  *  - enums are passed as uint32_t and checked;
  *  - sluicegate_config.struct_size must be set to sizeof(sluicegate_config);
  *  - local handles never block or allocate on a check; the sluicegate_redis
@@ -40,6 +41,19 @@
  * The most keys one table may be built for: 2^28 (16 bytes each: 4 GiB).
  */
 #define SLUICEGATE_KEYED_MAX_CAPACITY (1 << 28)
+
+/**
+ * The most attributes one check takes. A policy looks each attribute it names
+ * up in the caller's array, so the bound keeps a check's cost bounded whatever a
+ * client sends (e.g. an HTTP server passing every header). More is
+ * `SLUICEGATE_ERR_TOO_MANY_ATTRS`.
+ */
+#define SLUICEGATE_POLICY_MAX_ATTRS 1024
+
+/**
+ * `sluicegate_policy_result.denying_rule` when no enforcing rule denied.
+ */
+#define SLUICEGATE_POLICY_NO_RULE 4294967295
 
 /**
  * `timeout_ns` when 0: the longest one call to Redis may take (25 ms).
@@ -168,7 +182,16 @@ enum sluicegate_full_policy
 #endif // __cplusplus
  {
     /**
-     * Replace the live entry closest to fresh; that key starts over (the default: 0).
+     * Replace the live entry closest to fresh (the default: 0). The evicted
+     * key's state is first folded into the table's eviction sketch (a small
+     * fixed array allocated with the table, at most a quarter byte per slot),
+     * so the key does **not** start over: when it comes back it resumes at least
+     * as limited as it left, and a flood of new keys cannot reset anyone's
+     * limit. The price: a new key whose sketch cells were all written by
+     * recent, still-live evictions starts limited early (rare while the table
+     * has room; see the stats' `evicted`). An algorithm whose states cannot be
+     * merged into the sketch turns the new key away instead, as
+     * `SLUICEGATE_REJECT` does (counted in `rejected`).
      */
     SLUICEGATE_EVICT_STALEST = 0,
     /**
@@ -302,6 +325,11 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_BAD_FAILURE_POLICY = 112,
     /**
+     * More request attributes than `SLUICEGATE_POLICY_MAX_ATTRS` in one policy
+     * check.
+     */
+    SLUICEGATE_ERR_TOO_MANY_ATTRS = 113,
+    /**
      * A field that must be positive is zero (amount, period, capacity, ...).
      */
     SLUICEGATE_ERR_CONFIG_ZERO = 200,
@@ -336,12 +364,18 @@ enum sluicegate_status
     SLUICEGATE_ERR_BAD_URL = 206,
     /**
      * The limit is valid for a local limiter but not on Redis, whose scripts
-     * compute in whole microseconds below 2^52: a window that is not a whole
-     * number of microseconds, burst × emission interval (+ max delay) or
-     * (limit + 1) × window past 2^52 µs, or a local fallback share of the quota
-     * that is no valid limit.
+     * compute in whole microseconds: a window that is not a whole number of
+     * microseconds, burst × emission interval (+ max delay) or a fixed window's
+     * (limit + 1) × window past 2^52 µs, a sliding window or its limit past
+     * 2^50, or a local fallback share of the quota that is no valid limit.
      */
     SLUICEGATE_ERR_CONFIG_RESOLUTION = 207,
+    /**
+     * The policy (rule file) is invalid: the error message names the file, line,
+     * column and rule of every error. A reload that fails this way keeps the
+     * policy in force.
+     */
+    SLUICEGATE_ERR_POLICY = 208,
     /**
      * The cost `n` exceeds the limiter's capacity: it can never be admitted (not
      * a denial; the decision is filled with `allowed = false`).
@@ -355,7 +389,9 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_REDIS_DATA = 301,
     /**
-     * Memory for a new handle could not be allocated.
+     * Memory for a new handle could not be allocated (a keyed table's slots, a
+     * sliding log's ring, a policy's tables), or its size overflows. Nothing
+     * was allocated.
      */
     SLUICEGATE_ERR_ALLOC = 900,
     /**
@@ -367,6 +403,11 @@ enum sluicegate_status
      * unavailable server: that is the policy's to answer, with `SLUICEGATE_OK`).
      */
     SLUICEGATE_ERR_SYSTEM = 902,
+    /**
+     * A file could not be read (a rule file: missing, unreadable); the error
+     * message says which and why.
+     */
+    SLUICEGATE_ERR_IO = 903,
 };
 #ifndef __cplusplus
 typedef uint32_t sluicegate_status;
@@ -388,6 +429,24 @@ typedef struct sluicegate_keyed sluicegate_keyed;
  * released by `sluicegate_limiter_free`.
  */
 typedef struct sluicegate_limiter sluicegate_limiter;
+
+/**
+ * An opaque policy: the rules of a rule file and their limiters. Thread-safe:
+ * any number of threads may check it, and reload it, at once. Created by
+ * `sluicegate_policy_new` or `sluicegate_policy_new_from_file`, owned by the
+ * caller, released by `sluicegate_policy_free`.
+ */
+typedef struct sluicegate_policy sluicegate_policy;
+
+/**
+ * An opaque, reusable buffer for a check's per-rule answers. A check into it
+ * allocates nothing once it has held as many rules as match. Unlike the other
+ * handles it is **not** shared: one thread uses it at a time (one per thread,
+ * or per connection). The names it hands out stay valid until its next check or
+ * its `_free`, across reloads of the policy. Created by
+ * `sluicegate_policy_decision_new`, released by `sluicegate_policy_decision_free`.
+ */
+typedef struct sluicegate_policy_decision sluicegate_policy_decision;
 
 /**
  * An opaque Redis-backed limiter: one limit (`name`) applied per key, its state
@@ -522,11 +581,14 @@ typedef struct sluicegate_keyed_stats {
      */
     uint64_t reused;
     /**
-     * Live entries replaced under `SLUICEGATE_EVICT_STALEST`.
+     * Live entries replaced under `SLUICEGATE_EVICT_STALEST` (their state kept
+     * in the eviction sketch).
      */
     uint64_t evicted;
     /**
-     * New keys denied under `SLUICEGATE_REJECT`.
+     * New keys denied under `SLUICEGATE_REJECT` (or under
+     * `SLUICEGATE_EVICT_STALEST` when the algorithm's state cannot be kept in
+     * the sketch).
      */
     uint64_t rejected;
     /**
@@ -534,6 +596,115 @@ typedef struct sluicegate_keyed_stats {
      */
     uint64_t unlimited;
 } sluicegate_keyed_stats;
+
+/**
+ * One request attribute: `name_len` bytes at `name` and `value_len` bytes at
+ * `value`, both UTF-8 and not NUL-terminated. Neither pointer may be NULL (an
+ * empty value is a non-NULL pointer with length 0).
+ */
+typedef struct sluicegate_attr {
+    /**
+     * The attribute's name, e.g. `"path"` or `"header:x-api-key"`.
+     */
+    const char *name;
+    /**
+     * Bytes at `name`.
+     */
+    size_t name_len;
+    /**
+     * The attribute's value, e.g. `"/login"`.
+     */
+    const char *value;
+    /**
+     * Bytes at `value`.
+     */
+    size_t value_len;
+} sluicegate_attr;
+
+/**
+ * What a policy check answered.
+ */
+typedef struct sluicegate_policy_result {
+    /**
+     * Whether the request is admitted: every enforcing rule that matched admitted
+     * it (and was charged). A denial charges no rule.
+     */
+    bool allowed;
+    /**
+     * Nanoseconds until a retry could pass every denying rule (the longest of
+     * their waits); 0 when admitted; `UINT64_MAX` when a rule can never admit a
+     * request of this cost.
+     */
+    uint64_t retry_after_ns;
+    /**
+     * The longest shaper wait among the enforcing rules: how long an admitted
+     * request must wait before it runs (0 without shapers).
+     */
+    uint64_t delay_ns;
+    /**
+     * Rules that matched (enforcing and shadow): the indices
+     * `sluicegate_policy_decision_rule` accepts.
+     */
+    uint32_t rule_count;
+    /**
+     * The index (for `sluicegate_policy_decision_rule`) of the first enforcing
+     * rule that denied, or `SLUICEGATE_POLICY_NO_RULE` when admitted.
+     */
+    uint32_t denying_rule;
+} sluicegate_policy_result;
+
+/**
+ * One matching rule's answer, from `sluicegate_policy_decision_rule`.
+ */
+typedef struct sluicegate_policy_rule {
+    /**
+     * The rule's name: `name_len` bytes of UTF-8, not NUL-terminated, owned by
+     * the decision (valid until its next check or its `_free`). Print it with
+     * `printf("%.*s", (int)r.name_len, r.name)`.
+     */
+    const char *name;
+    /**
+     * Bytes at `name`.
+     */
+    size_t name_len;
+    /**
+     * A shadow rule: counted, never denies (its `allowed` false denied nothing).
+     */
+    bool shadow;
+    /**
+     * Whether this rule admitted the request.
+     */
+    bool allowed;
+    /**
+     * The rule's shared backend (Redis) failed and its `on_error` decided.
+     */
+    bool backend_error;
+    /**
+     * Units this rule could still admit now, for this request's key.
+     */
+    uint64_t remaining;
+    /**
+     * The binding limit: the most units the rule admits at once.
+     */
+    uint64_t limit;
+    /**
+     * The window of the binding limit (`RateLimit-Policy`'s `w`), nanoseconds.
+     */
+    uint64_t window_ns;
+    /**
+     * Nanoseconds until a request of the same cost would pass this rule; 0 when
+     * allowed.
+     */
+    uint64_t retry_after_ns;
+    /**
+     * Nanoseconds until this rule's limiter is back to full for this key.
+     */
+    uint64_t reset_after_ns;
+    /**
+     * The shaper's wait; 0 for other algorithms.
+     */
+    uint64_t delay_ns;
+} sluicegate_policy_rule;
 
 /**
  * How a `sluicegate_redis` talks to Redis and what it answers without it. Pass
@@ -630,14 +801,30 @@ sluicegate_status sluicegate_config_parse(const char *s,
  * `out` is an array of `out_cap` configs the caller prepared (`struct_size` and
  * `algorithm` set, as for `sluicegate_config_parse`): the library takes
  * `out[0].struct_size` as the size of each element, and each element's own
- * `struct_size` must equal it. More limits than `out_cap` is
- * `SLUICEGATE_ERR_BUFFER_TOO_SMALL` (`*err` points at the first extra one). On
- * any error `*out_count` is 0 and the contents of `out` are unspecified.
+ * `struct_size` must equal it.
+ *
+ * **Counting first** (the `snprintf` convention): with `out == NULL` and
+ * `out_cap == 0` the whole string is parsed and validated, nothing is written
+ * but `*out_count`, and the result is `SLUICEGATE_OK` with the number of limits
+ * the string holds, so a caller can size its array before parsing into it:
+ *
+ * ```c
+ * size_t n;
+ * if (sluicegate_config_parse_list(s, len, NULL, 0, &n, &err) == SLUICEGATE_OK)
+ *     ... allocate n configs, then call again with them ...
+ * ```
+ *
+ * More limits than a non-zero `out_cap` is `SLUICEGATE_ERR_BUFFER_TOO_SMALL`:
+ * `*err` points at the first extra limit and `*out_count` is the number of
+ * limits the string holds (when the rest of it parses; a later parse error is
+ * `SLUICEGATE_ERR_PARSE` instead). On every other error `*out_count` is 0. On
+ * any error the contents of `out` are unspecified. `out == NULL` with a
+ * non-zero `out_cap` is `SLUICEGATE_ERR_NULL`.
  *
  * # Safety
- * `s` points to `len` readable bytes; `out` to `out_cap` prepared configs
- * (it may be dangling when `out_cap` is 0); `out_count` is valid for a write;
- * `err` is NULL or valid for a write.
+ * `s` points to `len` readable bytes; `out` is NULL when `out_cap` is 0, or
+ * points to `out_cap` prepared configs; `out_count` is valid for a write; `err`
+ * is NULL or valid for a write.
  */
 sluicegate_status sluicegate_config_parse_list(const char *s,
                                                size_t len,
@@ -974,6 +1161,219 @@ sluicegate_status sluicegate_limiter_set_config(const struct sluicegate_limiter 
  * `limiter` is a live handle.
  */
 sluicegate_status sluicegate_limiter_reset(const struct sluicegate_limiter *limiter);
+
+/**
+ * Builds a policy from rule-file text (TOML, `len` bytes of UTF-8, not
+ * NUL-terminated). On success `*out` is the new handle and `err` holds the
+ * file's warnings (a rule that can never match, a rule identical to an earlier
+ * one), one a line, or `""`. On error `*out` is unchanged and `err` holds every
+ * error, one a line, each as `<policy>:<line>:<column>: error: rule `<name>`:
+ * <what is wrong>`: `SLUICEGATE_ERR_POLICY` for an invalid policy,
+ * `SLUICEGATE_ERR_NOT_UTF8` for text that is not UTF-8.
+ *
+ * `err` receives at most `err_cap` bytes including the NUL (truncated); it may
+ * be NULL (or `err_cap` 0) for the status alone. Rules on `redis` or `hybrid`
+ * backends are rejected (`SLUICEGATE_ERR_POLICY`, naming the rule): this
+ * library builds local rules only.
+ *
+ * # Safety
+ * `text` points to `len` readable bytes; `err` is NULL or valid for writes of
+ * `err_cap` bytes; `out` is valid for a write.
+ */
+sluicegate_status sluicegate_policy_new(const char *text,
+                                        size_t len,
+                                        char *err,
+                                        size_t err_cap,
+                                        struct sluicegate_policy **out);
+
+/**
+ * Builds a policy from the rule file at `path` (`path_len` bytes, not
+ * NUL-terminated), as `sluicegate_policy_new`; the messages name the file. A
+ * file that cannot be read is `SLUICEGATE_ERR_IO` (the message says why).
+ *
+ * # Safety
+ * `path` points to `path_len` readable bytes; `err` is NULL or valid for writes
+ * of `err_cap` bytes; `out` is valid for a write.
+ */
+sluicegate_status sluicegate_policy_new_from_file(const char *path,
+                                                  size_t path_len,
+                                                  char *err,
+                                                  size_t err_cap,
+                                                  struct sluicegate_policy **out);
+
+/**
+ * Releases a policy. NULL does nothing. Decisions filled by it stay valid.
+ *
+ * # Safety
+ * `policy` is NULL or a handle from `sluicegate_policy_new*` that has not been
+ * freed, and no other thread is using it.
+ */
+void sluicegate_policy_free(struct sluicegate_policy *policy);
+
+/**
+ * Replaces the policy's rules with those in `text`, if they are valid. Rules
+ * whose name and limits are unchanged keep their state; a changed limit carries
+ * the state over; removed rules free their memory. On any error (reported as by
+ * `sluicegate_policy_new`) the policy in force is **unchanged**, keeps running
+ * with its state, and the failure is counted in the metrics
+ * (`sluicegate_policy_reloads_total{result="error"}`, and the message in
+ * `sluicegate_policy_last_reload_error`). Safe while other threads check.
+ *
+ * # Safety
+ * `policy` is a live handle; `text` points to `len` readable bytes; `err` is
+ * NULL or valid for writes of `err_cap` bytes.
+ */
+sluicegate_status sluicegate_policy_reload(const struct sluicegate_policy *policy,
+                                           const char *text,
+                                           size_t len,
+                                           char *err,
+                                           size_t err_cap);
+
+/**
+ * `sluicegate_policy_reload` with the rule file at `path` (`path_len` bytes).
+ *
+ * # Safety
+ * `policy` is a live handle; `path` points to `path_len` readable bytes; `err`
+ * is NULL or valid for writes of `err_cap` bytes.
+ */
+sluicegate_status sluicegate_policy_reload_from_file(const struct sluicegate_policy *policy,
+                                                     const char *path,
+                                                     size_t path_len,
+                                                     char *err,
+                                                     size_t err_cap);
+
+/**
+ * The policy's metrics in the Prometheus text format (0.0.4) at the library
+ * clock's now: per rule, requests allowed / denied / shadow-denied, backend
+ * errors, keys tracked, evictions, new keys turned away; the reload count and
+ * the last reload error. `snprintf`-style: at most `cap` bytes including the NUL
+ * into `buf` (NULL with `cap` 0 to measure), the full length (without the NUL)
+ * into `*len`; the text may grow between two calls (counters gain digits), so
+ * size the buffer with some room and check `*len < cap`.
+ *
+ * # Safety
+ * `policy` is a live handle; `buf` is NULL or valid for writes of `cap` bytes;
+ * `len` is NULL or valid for a write.
+ */
+sluicegate_status sluicegate_policy_metrics_text(const struct sluicegate_policy *policy,
+                                                 char *buf,
+                                                 size_t cap,
+                                                 size_t *len);
+
+/**
+ * `sluicegate_policy_metrics_text` at the caller's time `now_ns` (the keys
+ * gauge counts the keys not back to full at that time).
+ *
+ * # Safety
+ * As `sluicegate_policy_metrics_text`.
+ */
+sluicegate_status sluicegate_policy_metrics_text_at(const struct sluicegate_policy *policy,
+                                                    uint64_t now_ns,
+                                                    char *buf,
+                                                    size_t cap,
+                                                    size_t *len);
+
+/**
+ * Checks a request of cost `n` (usually 1; 0 peeks) now, on the library clock
+ * (`sluicegate_now_ns`): admitted only if every enforcing rule that matches
+ * admits it, and a denial charges no rule. Shadow rules are checked and counted
+ * but never deny. A cost above a rule's capacity is a denial by that rule with
+ * `retry_after_ns = UINT64_MAX`.
+ *
+ * `attrs` holds `attr_count` attributes (NULL when `attr_count` is 0; at most
+ * `SLUICEGATE_POLICY_MAX_ATTRS`); a name given twice takes its first value.
+ * The verdict goes to `*out`; the per-rule answers go to `decision` when it is
+ * not NULL (reuse one per thread: no allocation once it has grown; without one
+ * the check allocates a small buffer and frees it). Bad input: NULL pointers
+ * (`SLUICEGATE_ERR_NULL`), a name or value that is not UTF-8
+ * (`SLUICEGATE_ERR_NOT_UTF8`), too many attributes
+ * (`SLUICEGATE_ERR_TOO_MANY_ATTRS`); then nothing is charged.
+ *
+ * # Safety
+ * `policy` is a live handle; `attrs` is NULL or points to `attr_count`
+ * attributes whose pointers are valid for their lengths; `decision` is NULL or
+ * a live decision no other thread is using; `out` is valid for a write.
+ */
+sluicegate_status sluicegate_policy_check(const struct sluicegate_policy *policy,
+                                          const struct sluicegate_attr *attrs,
+                                          size_t attr_count,
+                                          uint64_t n,
+                                          struct sluicegate_policy_decision *decision,
+                                          struct sluicegate_policy_result *out);
+
+/**
+ * `sluicegate_policy_check` at the caller's time `now_ns` (one monotonic clock
+ * for every call on this policy, e.g. `sluicegate_now_ns` read once per
+ * event-loop turn).
+ *
+ * # Safety
+ * As `sluicegate_policy_check`.
+ */
+sluicegate_status sluicegate_policy_check_at(const struct sluicegate_policy *policy,
+                                             const struct sluicegate_attr *attrs,
+                                             size_t attr_count,
+                                             uint64_t n,
+                                             uint64_t now_ns,
+                                             struct sluicegate_policy_decision *decision,
+                                             struct sluicegate_policy_result *out);
+
+/**
+ * Creates an empty decision buffer for `sluicegate_policy_check*`.
+ *
+ * # Safety
+ * `out` is valid for a write.
+ */
+sluicegate_status sluicegate_policy_decision_new(struct sluicegate_policy_decision **out);
+
+/**
+ * Releases a decision buffer. NULL does nothing.
+ *
+ * # Safety
+ * `decision` is NULL or a handle from `sluicegate_policy_decision_new` that has
+ * not been freed, and no other thread is using it.
+ */
+void sluicegate_policy_decision_free(struct sluicegate_policy_decision *decision);
+
+/**
+ * Writes matching rule number `index` (0 to `rule_count - 1`, in file order) of
+ * the decision's last check to `*out`; a larger index is `SLUICEGATE_ERR_INDEX`.
+ *
+ * # Safety
+ * `decision` is a live decision no other thread is using; `out` is valid for a
+ * write.
+ */
+sluicegate_status sluicegate_policy_decision_rule(const struct sluicegate_policy_decision *decision,
+                                                  uint32_t index,
+                                                  struct sluicegate_policy_rule *out);
+
+/**
+ * The `RateLimit` field value of the decision's last check (IETF httpapi
+ * draft; one item per enforcing rule that matched, e.g.
+ * `"login";r=0;t=60`), `snprintf`-style: at most `cap` bytes including the NUL
+ * into `buf` (NULL with `cap` 0 to measure), the full length into `*len` (may
+ * be NULL).
+ *
+ * # Safety
+ * `decision` is a live decision no other thread is using; `buf` is NULL or
+ * valid for writes of `cap` bytes; `len` is NULL or valid for a write.
+ */
+sluicegate_status sluicegate_policy_decision_ratelimit(const struct sluicegate_policy_decision *decision,
+                                                       char *buf,
+                                                       size_t cap,
+                                                       size_t *len);
+
+/**
+ * The `RateLimit-Policy` field value of the decision's last check (one item per
+ * enforcing rule that matched, e.g. `"login";q=5;w=60`), as
+ * `sluicegate_policy_decision_ratelimit`.
+ *
+ * # Safety
+ * As `sluicegate_policy_decision_ratelimit`.
+ */
+sluicegate_status sluicegate_policy_decision_ratelimit_policy(const struct sluicegate_policy_decision *decision,
+                                                              char *buf,
+                                                              size_t cap,
+                                                              size_t *len);
 
 /**
  * Creates a Redis-backed limiter and stores the new handle in `*out`.

@@ -3,8 +3,8 @@
 //
 // Design:
 //  * RAII, move-only handles: sluicegate::limiter, keyed_limiter,
-//    striped_limiter and redis_limiter own their C handle (std::unique_ptr with
-//    the matching *_free) and cannot be copied.
+//    striped_limiter, redis_limiter, policy and policy_decision own their C
+//    handle (std::unique_ptr with the matching *_free) and cannot be copied.
 //  * redis_limiter's calls BLOCK for a network round trip (bounded by its
 //    timeouts); the others never block. Against a library built without the
 //    `redis` feature, only a program that uses redis_limiter fails to link.
@@ -26,7 +26,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -455,6 +457,210 @@ private:
         void operator()(sluicegate_redis *p) const noexcept { sluicegate_redis_free(p); }
     };
     std::unique_ptr<sluicegate_redis, deleter> h_;
+};
+
+/// One request attribute for a policy check: `ip`, `path`, `method`, `host`,
+/// `header:<lower-case name>` or any the application adds. Both UTF-8.
+struct attr {
+    std::string_view name;
+    std::string_view value;
+};
+
+/// One matching rule's answer. `name` points into the policy_decision it came
+/// from: valid until that decision's next check or its destruction.
+struct policy_rule {
+    std::string_view name;
+    bool shadow = false;  ///< counted, never denies
+    bool allowed = false;
+    bool backend_error = false;
+    std::uint64_t remaining = 0;
+    std::uint64_t limit = 0;
+    nanoseconds window{0};
+    nanoseconds retry_after{0};
+    nanoseconds reset_after{0};
+    nanoseconds delay{0};
+};
+
+/// A policy check's answer, and the buffer the next check reuses (no allocation
+/// once it has grown). Used by one thread at a time; move-only.
+class policy_decision {
+public:
+    policy_decision() {
+        sluicegate_policy_decision *h = nullptr;
+        detail::check(sluicegate_policy_decision_new(&h));
+        h_.reset(h);
+    }
+    /// Admitted: every enforcing rule that matched admitted it.
+    explicit operator bool() const noexcept { return r_.allowed; }
+    bool allowed() const noexcept { return r_.allowed; }
+    /// Until a retry could pass every denying rule; zero when admitted.
+    nanoseconds retry_after() const noexcept { return detail::dur(r_.retry_after_ns); }
+    /// retry_after() in whole seconds, rounded up (for Retry-After).
+    std::uint64_t retry_after_seconds() const noexcept {
+        return r_.retry_after_ns / 1000000000u + (r_.retry_after_ns % 1000000000u != 0);
+    }
+    /// The longest shaper wait among the enforcing rules.
+    nanoseconds delay() const noexcept { return detail::dur(r_.delay_ns); }
+    /// Rules that matched (enforcing and shadow), in file order.
+    std::size_t size() const noexcept { return r_.rule_count; }
+    /// Matching rule number i (0 to size() - 1).
+    policy_rule rule(std::size_t i) const {
+        if (i >= size()) throw error(SLUICEGATE_ERR_INDEX);
+        sluicegate_policy_rule r{};
+        detail::check(sluicegate_policy_decision_rule(h_.get(), static_cast<std::uint32_t>(i), &r));
+        policy_rule out;
+        out.name = std::string_view(r.name, r.name_len);
+        out.shadow = r.shadow;
+        out.allowed = r.allowed;
+        out.backend_error = r.backend_error;
+        out.remaining = r.remaining;
+        out.limit = r.limit;
+        out.window = detail::dur(r.window_ns);
+        out.retry_after = detail::dur(r.retry_after_ns);
+        out.reset_after = detail::dur(r.reset_after_ns);
+        out.delay = detail::dur(r.delay_ns);
+        return out;
+    }
+    /// The first enforcing rule that denied, if any.
+    std::optional<policy_rule> denying() const {
+        if (r_.denying_rule == SLUICEGATE_POLICY_NO_RULE) return std::nullopt;
+        return rule(r_.denying_rule);
+    }
+    /// The RateLimit field value: one item per enforcing rule that matched.
+    std::string ratelimit() const { return text(sluicegate_policy_decision_ratelimit); }
+    /// The RateLimit-Policy field value.
+    std::string ratelimit_policy() const {
+        return text(sluicegate_policy_decision_ratelimit_policy);
+    }
+    const sluicegate_policy_result &result() const noexcept { return r_; }
+    sluicegate_policy_decision *get() const noexcept { return h_.get(); }
+
+private:
+    friend class policy;
+    using text_fn = sluicegate_status (*)(const sluicegate_policy_decision *, char *, std::size_t,
+                                          std::size_t *);
+    std::string text(text_fn f) const {
+        std::size_t len = 0;
+        detail::check(f(h_.get(), nullptr, 0, &len));
+        std::string out(len, '\0');
+        detail::check(f(h_.get(), out.data(), len + 1, &len));
+        out.resize(len);
+        return out;
+    }
+    struct deleter {
+        void operator()(sluicegate_policy_decision *p) const noexcept {
+            sluicegate_policy_decision_free(p);
+        }
+    };
+    sluicegate_policy_result r_{true, 0, 0, 0, SLUICEGATE_POLICY_NO_RULE};
+    std::unique_ptr<sluicegate_policy_decision, deleter> h_;
+};
+
+/// A rate-limit policy: the rules of a TOML rule file, checked all-or-nothing
+/// across rules, reloadable while it runs. Thread-safe (checks and reloads from
+/// any threads); move-only. A rejected rule file throws sluicegate::error whose
+/// what() lists every error with its file, line, column and rule.
+class policy {
+public:
+    /// The policy in rule-file text.
+    static policy from_string(std::string_view toml) {
+        return policy(sluicegate_policy_new, toml);
+    }
+    /// The policy in the rule file at `path`.
+    static policy from_file(std::string_view path) {
+        return policy(sluicegate_policy_new_from_file, path);
+    }
+    /// The rule file's warnings, one a line ("" without any).
+    const std::string &warnings() const noexcept { return warnings_; }
+
+    /// Checks a request of cost n now (the library clock).
+    policy_decision check(std::initializer_list<attr> attrs, std::uint64_t n = 1) const {
+        policy_decision d;
+        check_into(d, attrs.begin(), attrs.size(), n);
+        return d;
+    }
+    /// Checks a request of cost n at `now` (one monotonic clock per policy).
+    policy_decision check_at(std::initializer_list<attr> attrs, nanoseconds now,
+                             std::uint64_t n = 1) const {
+        policy_decision d;
+        check_at_into(d, attrs.begin(), attrs.size(), now, n);
+        return d;
+    }
+    /// check() into a decision the caller reuses.
+    void check_into(policy_decision &d, const attr *attrs, std::size_t count,
+                    std::uint64_t n = 1) const {
+        auto raw = convert(attrs, count);
+        detail::check(sluicegate_policy_check(get(), raw.data(), raw.size(), n, d.get(), &d.r_));
+    }
+    /// check_at() into a decision the caller reuses.
+    void check_at_into(policy_decision &d, const attr *attrs, std::size_t count, nanoseconds now,
+                       std::uint64_t n = 1) const {
+        auto raw = convert(attrs, count);
+        detail::check(sluicegate_policy_check_at(get(), raw.data(), raw.size(), n,
+                                                 detail::ticks(now), d.get(), &d.r_));
+    }
+    /// Replaces the rules with those in `toml` if valid; on error (thrown) the
+    /// policy in force keeps running with its state. Returns the warnings.
+    std::string reload(std::string_view toml) const {
+        return reload_with(sluicegate_policy_reload, toml);
+    }
+    /// reload() from the rule file at `path`.
+    std::string reload_from_file(std::string_view path) const {
+        return reload_with(sluicegate_policy_reload_from_file, path);
+    }
+    /// The Prometheus text of every rule's counters and the reload history.
+    std::string metrics_text() const {
+        std::string out(4096, '\0');
+        for (;;) {
+            std::size_t len = 0;
+            detail::check(sluicegate_policy_metrics_text(get(), out.data(), out.size() + 1, &len));
+            if (len <= out.size()) {
+                out.resize(len);
+                return out;
+            }
+            out.assign(len + len / 2, '\0');
+        }
+    }
+
+    const sluicegate_policy *get() const noexcept { return h_.get(); }
+
+private:
+    // Messages: rule files with many errors are truncated at 16 KiB.
+    static constexpr std::size_t message_cap = 16384;
+    using new_fn = sluicegate_status (*)(const char *, std::size_t, char *, std::size_t,
+                                         sluicegate_policy **);
+    using reload_fn = sluicegate_status (*)(const sluicegate_policy *, const char *, std::size_t,
+                                            char *, std::size_t);
+    static const char *bytes(std::string_view s) noexcept { return s.data() ? s.data() : ""; }
+    policy(new_fn f, std::string_view src) {
+        std::string msg(message_cap, '\0');
+        sluicegate_policy *h = nullptr;
+        const auto s = f(bytes(src), src.size(), msg.data(), msg.size(), &h);
+        msg.resize(std::char_traits<char>::length(msg.c_str()));
+        if (s != SLUICEGATE_OK) throw error(s, msg);
+        h_.reset(h);
+        warnings_ = std::move(msg);
+    }
+    std::string reload_with(reload_fn f, std::string_view src) const {
+        std::string msg(message_cap, '\0');
+        const auto s = f(get(), bytes(src), src.size(), msg.data(), msg.size());
+        msg.resize(std::char_traits<char>::length(msg.c_str()));
+        if (s != SLUICEGATE_OK) throw error(s, msg);
+        return msg;
+    }
+    static std::vector<sluicegate_attr> convert(const attr *attrs, std::size_t count) {
+        std::vector<sluicegate_attr> raw;
+        raw.reserve(count);
+        for (std::size_t i = 0; i < count; ++i)
+            raw.push_back({bytes(attrs[i].name), attrs[i].name.size(), bytes(attrs[i].value),
+                           attrs[i].value.size()});
+        return raw;
+    }
+    struct deleter {
+        void operator()(sluicegate_policy *p) const noexcept { sluicegate_policy_free(p); }
+    };
+    std::unique_ptr<sluicegate_policy, deleter> h_;
+    std::string warnings_;
 };
 
 }  // namespace sluicegate

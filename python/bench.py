@@ -37,13 +37,15 @@ KEYS = 100_000
 HUGE = 10**9  # per hour: never runs out during the benchmark
 
 
-def measure(call: Callable[[], object], n: int = N) -> float:
-    """Median ns per call over REPEATS runs of n calls (loop overhead included,
-    the same for every contender)."""
-    for _ in range(1000):
-        call()
+def median_ns(make: Callable[[], Callable[[], object]], n: int, warmup: int) -> float:
+    """Median ns per call over REPEATS runs of n calls, each run on the call that
+    make() returns after warmup untimed calls (loop overhead included, the same
+    for every contender)."""
     runs = []
     for _ in range(REPEATS):
+        call = make()
+        for _ in range(warmup):
+            call()
         gc.disable()
         t0 = time.perf_counter_ns()
         for _ in range(n):
@@ -51,22 +53,18 @@ def measure(call: Callable[[], object], n: int = N) -> float:
         runs.append((time.perf_counter_ns() - t0) / n)
         gc.enable()
     return statistics.median(runs)
+
+
+def measure(call: Callable[[], object], n: int = N) -> float:
+    """Median ns per call of one limiter, warmed up once."""
+    for _ in range(1000):
+        call()
+    return median_ns(lambda: call, n, 0)
 
 
 def measure_fresh(make: Callable[[], Callable[[], object]], n: int) -> float:
     """Like measure, with a new limiter for every repeat."""
-    runs = []
-    for _ in range(REPEATS):
-        call = make()
-        for _ in range(100):
-            call()
-        gc.disable()
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            call()
-        runs.append((time.perf_counter_ns() - t0) / n)
-        gc.enable()
-    return statistics.median(runs)
+    return median_ns(make, n, 100)
 
 
 def measure_keyed(call: Callable[[str], object], keys: list[str]) -> float:

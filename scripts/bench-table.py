@@ -12,7 +12,7 @@ older than that time (an earlier run) are ignored.
 --log FILE: the bench run's output; its `keyed-stats:` lines give how many keys
 our keyed tables tracked and how many evictions the timed calls made.
 --memory FILE: the output of the keyed_memory example (resident bytes per key);
-its table is reprinted and the bytes-per-slot target checked.
+its table is reprinted, with the bytes per slot of the 1M-slot table.
 
 Usage: bench-table.py [--since EPOCH_SECONDS] [--log FILE] [--memory FILE] CRITERION_DIR
 Python 3 standard library only.
@@ -83,18 +83,23 @@ STRIPED_ROWS = [
     ("sluicegate check", "one `TokenBucket`, default clock", DIRECT, CONTENDED),
     ("governor check", "governor direct", DIRECT, CONTENDED),
 ]
-STRIPED_SCALING = 1.7
-# Our keyed rows held to the governor targets (u64 keys, same group).
-KEYED_TARGETS = [("keyed_1", 0.7), ("keyed_1m", 0.35)]
-KEYED_OURS = ["sluicegate check", "sluicegate check_at"]
-MEMORY_TARGET = 16.0
-
-# (numerator group, numerator, denominator group, denominator, target).
+# (numerator group, numerator, denominator group, denominator, target): issue 16's
+# goals, each a ratio of two medians from this one run. `check_at` was at 0.54×
+# when the goals were set: "keep" is held to 0.6×.
 TARGETS = [
+    (DIRECT, "sluicegate check", DIRECT, GOVERNOR, 0.9),
+    (DIRECT, "sluicegate check_n(4)", DIRECT, "governor check_n(4)", 0.9),
     (DIRECT, "sluicegate check_at", DIRECT, GOVERNOR, 0.6),
-    (DIRECT, "sluicegate check", DIRECT, GOVERNOR, 1.0),
-] + [(DIRECT, w, DIRECT, TOKEN_BUCKET, 1.3) for w in WINDOWS]
-
+    ("keyed_1m", "sluicegate check", "keyed_1m", KEYED_GOVERNOR, 0.45),
+    (DIRECT, "sliding_log check_at", DIRECT, TOKEN_BUCKET, 2.0),
+    (DIRECT, "compound2 check_at", DIRECT, TOKEN_BUCKET, 2.0),
+]
+# Measured outside criterion (python/bench.py and the ASGI middleware benchmark);
+# printed so the table lists every goal of issue 16.
+OTHER_TARGETS = [
+    ("ASGI middleware per request", "≤ 5 µs"),
+    ("Python `check()` / an empty Python call", "≤ 2.0×"),
+]
 
 def load(root, since):
     """{group: {function_id: median_ns}} for results written at or after `since`."""
@@ -284,30 +289,14 @@ def main():
         r = ratio(res.get(ng, {}).get(num), res.get(dg, {}).get(den))
         result, m = verdict(r, target, True)
         missed += m
-        out.append(f"| `{num}` / `{den}` | {fmt_ratio(r)} | ≤ {target:.1f}× | {result} |")
-    for g, target in KEYED_TARGETS:
-        grp = res.get(g, {})
-        for row in KEYED_OURS:
-            r = ratio(grp.get(row), grp.get(KEYED_GOVERNOR))
-            result, m = verdict(r, target, True)
-            missed += m
-            out.append(
-                f"| `{g}/{row}` / `{g}/{KEYED_GOVERNOR}` | {fmt_ratio(r)} | ≤ {target:.2f}× | {result} |"
-            )
-    for row, _, g1, g2 in STRIPED_ROWS[:4]:
-        r = ratio(res.get(g1, {}).get(row), res.get(g2, {}).get(row))
-        result, m = verdict(r, STRIPED_SCALING, False)
-        missed += m
-        out.append(
-            f"| `{row}` throughput, 2 threads / 1 | {fmt_ratio(r)} | ≥ {STRIPED_SCALING:.1f}× | {result} |"
-        )
-    if args.memory:
-        # keyed_memory's own precision: one decimal of a byte.
-        shown = None if per_slot is None else round(per_slot, 1)
-        result, m = verdict(shown, MEMORY_TARGET, True)
-        missed += m
-        value = "—" if per_slot is None else f"{per_slot:.3f} B"
-        out.append(f"| resident bytes per slot, 1M-slot table | {value} | ≤ {MEMORY_TARGET:.0f} B | {result} |")
+        den_name = den if ng == dg == DIRECT else f"{dg}/{den}"
+        num_name = num if ng == DIRECT else f"{ng}/{num}"
+        out.append(f"| `{num_name}` / `{den_name}` | {fmt_ratio(r)} | ≤ {target:.2f}× | {result} |")
+    for what, target in OTHER_TARGETS:
+        out.append(f"| {what} | — | {target} | not measured by this script |")
+    if per_slot is not None:
+        out.append("")
+        out.append(f"Resident bytes per slot, 1M-slot table: {per_slot:.3f} B.")
     print("\n".join(out))
     return 0
 

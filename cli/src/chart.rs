@@ -1,10 +1,9 @@
 //! `--chart`: per rule, offered vs admitted requests per second over the log's
 //! span, as SVG, or PNG when the path ends in `.png`.
 //!
-//! Text is laid out (and, in PNG, drawn) with a TrueType font read at run time:
-//! `$SLUICEGATE_FONT` if set, else the first of a few usual system fonts
-//! (DejaVu Sans, Liberation Sans, Arial). Debian and Ubuntu have DejaVu in
-//! `fonts-dejavu-core`.
+//! Text is laid out (and, in PNG, drawn) with DejaVu Sans, embedded in the binary
+//! (the `dejavu` crate), so a chart needs no system font; `$SLUICEGATE_FONT` names
+//! another TrueType/OpenType file to use instead.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -15,41 +14,31 @@ use plotters::prelude::*;
 
 use crate::replay::Replay;
 
-const FONTS: [&str; 8] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
-    "/System/Library/Fonts/Supplemental/Arial.ttf",
-    "C:\\Windows\\Fonts\\arial.ttf",
-];
-
-/// Finds and registers the chart font (once per process).
+/// Registers the chart font (once per process): `$SLUICEGATE_FONT` if set, else
+/// the embedded DejaVu Sans.
 fn font() -> Result<()> {
-    static FONT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = FONT.get_or_init(|| {
-        let candidates: Vec<PathBuf> = match std::env::var_os("SLUICEGATE_FONT") {
-            Some(p) => vec![PathBuf::from(p)],
-            None => FONTS.iter().map(PathBuf::from).collect(),
-        };
-        for path in &candidates {
-            if let Ok(bytes) = std::fs::read(path) {
+    static FONT: OnceLock<Result<(), String>> = OnceLock::new();
+    let registered = FONT.get_or_init(|| {
+        let (bytes, what): (&'static [u8], String) = match std::env::var_os("SLUICEGATE_FONT") {
+            Some(p) => {
+                let path = PathBuf::from(p);
+                let bytes = std::fs::read(&path)
+                    .map_err(|e| format!("SLUICEGATE_FONT={}: {e}", path.display()))?;
                 // plotters keeps fonts for the whole process: the bytes live as long.
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                return match plotters::style::register_font("sans-serif", FontStyle::Normal, bytes) {
-                    Ok(()) => Ok(path.clone()),
-                    Err(_) => Err(format!("{} is not a TrueType/OpenType font", path.display())),
-                };
+                (
+                    Box::leak(bytes.into_boxed_slice()),
+                    path.display().to_string(),
+                )
             }
-        }
-        Err(format!(
-            "charts need a TrueType font and none was found (tried {}); install one (Debian: fonts-dejavu-core) or set SLUICEGATE_FONT=/path/to/font.ttf",
-            candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        ))
+            None => (
+                dejavu::sans::regular(),
+                "the embedded DejaVu Sans".to_owned(),
+            ),
+        };
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{what} is not a TrueType/OpenType font"))
     });
-    found.as_ref().map(|_| ()).map_err(|e| anyhow!("{e}"))
+    registered.clone().map_err(|e| anyhow!("{e}"))
 }
 
 /// Draws the chart of `replay` to `path` (PNG if it ends in `.png`, else SVG).

@@ -21,7 +21,6 @@ pub mod chart;
 pub mod clf;
 pub mod input;
 pub mod json;
-pub mod keytext;
 pub mod record;
 pub mod replay;
 pub mod report;

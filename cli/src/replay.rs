@@ -18,7 +18,6 @@
 
 use sluicegate_policy::{Attrs, Decision, Mode, Policy, RuleDef};
 
-use crate::keytext::key_text;
 use crate::record::Request;
 use crate::tally::{Peaks, Series, TopKeys};
 
@@ -93,7 +92,6 @@ pub struct RuleTally {
 /// ```
 pub struct Replay {
     policy: Policy,
-    ipv6_prefix: u8,
     rules: Vec<RuleTally>,
     decision: Decision,
     key: String,
@@ -128,7 +126,6 @@ impl Replay {
             })
             .collect();
         Replay {
-            ipv6_prefix: def.ipv6_prefix(),
             policy,
             rules,
             decision: Decision::new(),
@@ -163,15 +160,12 @@ impl Replay {
             self.denied += 1;
         }
         let sec = now / NS;
-        let mut next = 0;
         for d in self.decision.rules() {
-            // Rules come back in file order: the scan goes on from the last one
-            // found, so it usually compares one name.
-            let Some(i) = (next..self.rules.len()).find(|&i| self.rules[i].def.name() == d.name)
-            else {
+            // Each item names its rule's index in the policy's (and our) rules.
+            let i = d.index;
+            if i >= self.rules.len() {
                 continue;
-            };
-            next = i + 1;
+            }
             let t = &mut self.rules[i];
             t.matched += 1;
             let passed = match d.mode {
@@ -180,7 +174,7 @@ impl Replay {
                         t.allowed += 1;
                     } else {
                         t.shadow_denied += 1;
-                        key_text(req, t.def.key(), self.ipv6_prefix, &mut self.key);
+                        d.write_key_text(req, &mut self.key);
                         t.top_denied.add(&self.key);
                     }
                     d.allowed
@@ -188,7 +182,7 @@ impl Replay {
                 Mode::Enforce => {
                     if !d.allowed {
                         t.denied += 1;
-                        key_text(req, t.def.key(), self.ipv6_prefix, &mut self.key);
+                        d.write_key_text(req, &mut self.key);
                         t.top_denied.add(&self.key);
                     } else if admitted {
                         t.allowed += 1;

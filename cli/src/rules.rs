@@ -6,8 +6,6 @@ use serde::Serialize;
 use sluicegate::{Quota, Spec};
 use sluicegate_policy::{Backend, Code, Diagnostic, Policy, PolicyDef, Severity};
 
-use crate::keytext::key_text;
-
 /// Reads a rule file; the error names it.
 fn read(path: &str) -> Result<String, Vec<Diagnostic>> {
     std::fs::read_to_string(path).map_err(|e| {
@@ -238,7 +236,7 @@ pub fn explain(def: &PolicyDef, attrs: &[(String, String)]) -> Vec<Explained> {
     def.rules()
         .iter()
         .map(|r| {
-            key_text(attrs, r.key(), def.ipv6_prefix(), &mut key);
+            r.write_key_text(attrs, def.ipv6_prefix(), &mut key);
             Explained {
                 name: r.name().to_owned(),
                 matches: r.matches(attrs),

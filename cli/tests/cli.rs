@@ -303,12 +303,12 @@ fn lint_messages_and_statuses() {
     );
 
     // Warnings only: exit 0. A rule identical to an earlier one, and a sliding
-    // window limit over half of its one-second bound (16,383).
-    let warnings = "[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n\n[[rule]]\nname = \"c\"\nlimit = \"10000/second\"\nalgorithm = \"sliding_window\"\nmatch = { path = \"/x\" }\n";
+    // window limit over half of its bound (1,048,575 per window).
+    let warnings = "[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n\n[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n\n[[rule]]\nname = \"c\"\nlimit = \"600000/second\"\nalgorithm = \"sliding_window\"\nmatch = { path = \"/x\" }\n";
     let (code, out) = lint(dir.path(), warnings);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("warning: rule `b`"), "{out}");
-    assert!(out.contains("lint.toml:10:1: warning: rule `c`: limit 1 of `10000/second` is over half of what sliding_window allows"), "{out}");
+    assert!(out.contains("lint.toml:10:1: warning: rule `c`: limit 1 of `600000/second` is over half of what sliding_window allows"), "{out}");
     assert!(out.ends_with("0 errors, 2 warnings\n"), "{out}");
 
     let out = run(

@@ -58,8 +58,10 @@ impl Reference {
             Reference::Sliding { w, limit, state } => {
                 let (prev, cur) = self.sliding_counts(state.get(key).copied(), now, *w);
                 let elapsed = now % w;
-                let weighted = (u128::from(prev) * u128::from(w - elapsed) / u128::from(*w)) as u64;
-                weighted + cur < *limit
+                // Exactly: prev·(W − e)/W + cur + 1 ≤ limit, in integers (never
+                // rounded in the request's favour).
+                let (w, limit) = (u128::from(*w), u128::from(*limit));
+                u128::from(prev) * (w - u128::from(elapsed)) + u128::from(cur + 1) * w <= limit * w
             }
         }
     }

@@ -19,6 +19,7 @@ use crate::engine::Engine;
 use crate::error::InsufficientCapacity;
 use crate::kind::Kind;
 use crate::quota::Quota;
+use crate::receipt::Receipt;
 use crate::spec::{Spec, SpecError};
 use crate::sync::{spin_loop, AtomicU64, Ordering};
 
@@ -254,6 +255,85 @@ impl<C> AnyLimiter<C> {
     #[inline]
     pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Outcome, InsufficientCapacity> {
         self.engine.run(None, n, now, false, &|| now)
+    }
+
+    /// [`Self::check_n_at`], writing into `receipt` what it took, to give back
+    /// with [`Self::refund`] (the receipt is overwritten: empty for a denial, a
+    /// cost of 0, or a limiter that cannot give back, see [`Self::can_refund`]).
+    /// The receipt is the caller's, so a hot path can reuse one.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::TokenBucket, "2/s; 3/min")?, ())?;
+    /// let mut r = Receipt::empty();
+    /// assert!(l.check_n_at_receipt(2, 0, &mut r)?.decision.allowed);
+    /// assert_eq!(r.units(), 2);
+    /// l.refund(&mut r, 0); // e.g. another limit of the request denied it
+    /// assert!(r.is_empty());
+    /// assert_eq!(l.peek_n_at(1, 0)?.decision.remaining, 1); // 2/s full again
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n_at_receipt(
+        &self,
+        n: u64,
+        now: u64,
+        receipt: &mut Receipt,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        receipt.len = 0;
+        let (o, len) = self.engine.charge(n, now, &mut receipt.taken)?;
+        if len > 0 {
+            receipt.owner = self.owner();
+            receipt.n = n;
+            receipt.len = len as u8;
+        }
+        Ok(o)
+    }
+
+    /// Gives back what the admission recorded in `receipt` took, never more (see
+    /// [`Receipt`]), and empties it; a receipt of another handle gives nothing
+    /// back (and stays as it is). `now` is read only when other admissions
+    /// changed the state since.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
+    /// let l = AnyLimiter::with_clock(&Spec::parse(Kind::SlidingWindow, "4/s")?, ())?;
+    /// let other = AnyLimiter::with_clock(&Spec::parse(Kind::SlidingWindow, "4/s")?, ())?;
+    /// let mut mine = Receipt::empty();
+    /// l.check_n_at_receipt(3, 0, &mut mine)?;
+    /// assert!(l.check_n_at(1, 0)?.decision.allowed); // someone else's unit
+    /// other.refund(&mut mine, 0); // not its receipt: nothing
+    /// assert!(!l.peek_n_at(1, 0)?.decision.allowed);
+    /// l.refund(&mut mine, 0);
+    /// l.refund(&mut mine, 0); // spent: nothing more
+    /// assert_eq!(l.peek_n_at(0, 0)?.decision.remaining, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, receipt: &mut Receipt, now: u64) {
+        if let Some(taken) = receipt.taken_by(self.owner()) {
+            self.engine.give_back(receipt.n, taken, now);
+            receipt.len = 0;
+        }
+    }
+
+    /// Whether admissions can be given back ([`Self::refund`]): single limits
+    /// and compounds of every kind but the sliding log; not stripes.
+    ///
+    /// ```
+    /// # use sluicegate::{AnyLimiter, Kind, Spec};
+    /// let tb = Spec::parse(Kind::TokenBucket, "8/s")?;
+    /// assert!(AnyLimiter::with_clock(&tb, ())?.can_refund());
+    /// assert!(!AnyLimiter::striped(&tb, 2, ())?.can_refund());
+    /// assert!(!AnyLimiter::with_clock(&Spec::parse(Kind::SlidingLog, "8/s")?, ())?.can_refund());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn can_refund(&self) -> bool {
+        self.engine.can_refund()
+    }
+
+    /// This handle's identity in receipts.
+    fn owner(&self) -> usize {
+        &*self.engine as *const dyn Engine as *const u8 as usize
     }
 
     /// [`Self::check_n_at`] starting from stripe `stripe` (any number, modulo the

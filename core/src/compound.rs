@@ -171,6 +171,11 @@ pub(crate) fn peek_all<A: Algorithm>(
 /// Charges `n` to every limit in `parts` at `now`, or to none (see the module
 /// docs). `taken` has room for one `(word before, word after)` per part;
 /// `refund_now` is read only if a give-back has to compute one.
+///
+/// The peek keeps, per part, the word it decided on and the word the charge would
+/// write, so a part that nothing touched since is charged with one
+/// compare-and-swap from that word, without deciding again; a part that changed
+/// is decided again on its new word ([`charge_rest`]).
 pub(crate) fn charge_all<A: Algorithm>(
     parts: &[Core<A>],
     taken: &mut [(u64, u64)],
@@ -179,12 +184,46 @@ pub(crate) fn charge_all<A: Algorithm>(
     refund_now: impl Fn() -> u64,
 ) -> Result<Decision, InsufficientCapacity> {
     debug_assert!(taken.len() >= parts.len());
-    let peeked = peek_all(parts, n, now)?;
+    let mut peeked = None;
+    for (part, slot) in parts.iter().zip(taken.iter_mut()) {
+        let (step, cur) = part.run(now, n, false)?;
+        *slot = (cur, step.next.unwrap_or(cur));
+        peeked = Some(merge(peeked, &step.decision));
+    }
+    let peeked = peeked.unwrap_or_else(no_limits);
     if !peeked.allowed || n == 0 {
         return Ok(peeked);
     }
+    for i in 0..parts.len() {
+        let (prev, next) = taken[i];
+        if next != prev && !parts[i].cas(prev, next) {
+            return charge_rest(parts, taken, i, n, now, refund_now);
+        }
+    }
+    // Every part was charged from the word its peek decided on: the answer is the
+    // peek's.
+    Ok(peeked)
+}
+
+/// [`charge_all`] from part `first` on, once its word changed after the peek:
+/// parts before it are charged (with their peek's decisions, decided again on the
+/// word they were charged from); each later part is decided again on its current
+/// word, and a denial gives the earlier charges back.
+#[cold]
+fn charge_rest<A: Algorithm>(
+    parts: &[Core<A>],
+    taken: &mut [(u64, u64)],
+    first: usize,
+    n: u64,
+    now: u64,
+    refund_now: impl Fn() -> u64,
+) -> Result<Decision, InsufficientCapacity> {
     let mut combined = None;
-    for (i, part) in parts.iter().enumerate() {
+    for (part, &(prev, _)) in parts[..first].iter().zip(&taken[..first]) {
+        let d = A::decide(&part.params(), prev, now, n).decision;
+        combined = Some(merge(combined, &d));
+    }
+    for (i, part) in parts.iter().enumerate().skip(first) {
         // `n` fit every part during the peek; a concurrent `set_quota` may have
         // shrunk one since, which is reported like any other error.
         let charged = part.run(now, n, true);

@@ -38,6 +38,25 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     fn set_spec(&self, old: &Spec, new: &Spec) -> Result<(), SpecError>;
     /// Forgets all consumption, or says what cannot be reset.
     fn reset(&self) -> Result<(), &'static str>;
+    /// Whether [`Self::charge`] fills receipts (single words and compounds).
+    fn can_refund(&self) -> bool {
+        false
+    }
+    /// A consuming decision that records in `taken` what each limit took; returns
+    /// how many limits it recorded (0: nothing to give back).
+    fn charge(
+        &self,
+        n: u64,
+        now: u64,
+        taken: &mut [(u64, u64); Spec::MAX_LIMITS],
+    ) -> Result<(Outcome, usize), InsufficientCapacity> {
+        let _ = taken;
+        self.run(None, n, now, true, &|| now).map(|o| (o, 0))
+    }
+    /// Gives back `n` units of what [`Self::charge`] recorded in `taken`.
+    fn give_back(&self, n: u64, taken: &[(u64, u64)], now: u64) {
+        let _ = (n, taken, now);
+    }
 }
 
 /// One or more single-word limits of one algorithm.
@@ -90,6 +109,43 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> Engine for Words<A> {
                 .map_err(|error| SpecError::Config { index, error })?;
         }
         Ok(())
+    }
+
+    fn can_refund(&self) -> bool {
+        true
+    }
+
+    fn charge(
+        &self,
+        n: u64,
+        now: u64,
+        taken: &mut [(u64, u64); Spec::MAX_LIMITS],
+    ) -> Result<(Outcome, usize), InsufficientCapacity> {
+        let (outcome, len) = match self {
+            Words::One(c) => {
+                let (s, prev) = c.run(now, n, true)?;
+                let next = s.next.unwrap_or(prev);
+                taken[0] = (prev, next);
+                let o = Outcome {
+                    decision: s.decision,
+                    delay_ns: if s.decision.allowed { s.delay_ns } else { 0 },
+                };
+                // A state that did not change took nothing to give back.
+                (o, usize::from(next != prev))
+            }
+            Words::Many(parts) => {
+                let d = charge_all(parts, taken, n, now, || now)?;
+                (Outcome::plain(d), parts.len())
+            }
+        };
+        let charged = outcome.decision.allowed && n > 0;
+        Ok((outcome, if charged { len } else { 0 }))
+    }
+
+    fn give_back(&self, n: u64, taken: &[(u64, u64)], now: u64) {
+        for (part, &(prev, next)) in self.parts().iter().zip(taken) {
+            part.give_back(n, prev, next, || now);
+        }
     }
 
     fn reset(&self) -> Result<(), &'static str> {

@@ -76,6 +76,8 @@ mod kind;
 pub mod limiter;
 pub mod parse;
 mod quota;
+#[cfg(feature = "alloc")]
+mod receipt;
 pub mod shaper;
 #[cfg(feature = "alloc")]
 pub mod sliding_log;
@@ -97,10 +99,14 @@ pub use compound::Compound;
 pub use decision::Decision;
 pub use error::{ConfigError, InsufficientCapacity};
 pub use fixed_window::{Fixed, FixedParams};
+#[cfg(feature = "std")]
+pub use keyed::AnyKeyed;
 pub use kind::{Caps, Kind, UnknownKind};
 pub use limiter::{Algorithm, Limiter, Step};
 pub use parse::{parse_quota, parse_quotas, ParseError, ParseErrorKind};
 pub use quota::Quota;
+#[cfg(feature = "alloc")]
+pub use receipt::Receipt;
 pub use shaper::{Reservation, Shaper, ShaperParams, Shaping};
 #[cfg(feature = "alloc")]
 pub use sliding_log::SlidingLog;

@@ -5,8 +5,10 @@
 //! # Memory and concurrency
 //! The log keeps one `u64` timestamp per admitted unit in a ring of `capacity`
 //! slots (`capacity ≥ limit`, at most [`SlidingLog::MAX_CAPACITY`]): **8 bytes per
-//! unit of the limit**, plus 8 for the head. It is the one algorithm whose state is
-//! more than one word. A decision reads up to `log₂(capacity)` slots and writes `n`,
+//! unit of the limit**, plus 8 for the head and 8 for a search hint. It is the one
+//! algorithm whose state is more than one word. A decision reads two or three
+//! slots when time moves steadily (the search starts where the last one ended),
+//! at most about `log₂(capacity) + 3`, and writes `n`,
 //! so it runs under a short writer lock taken with one compare-and-swap on the head
 //! word (a lock bit next to the admission count): linearizable by construction and
 //! checked with loom, but — unlike every other limiter here — not lock-free: a
@@ -48,6 +50,9 @@ pub struct SlidingLog<C> {
     /// Written only under the lock; read under it.
     limit: AtomicU64,
     window_ns: AtomicU64,
+    /// Where the last decision found the oldest entry inside the window (a
+    /// sequence number); the next search starts there. Only used under the lock.
+    cursor: AtomicU64,
     ring: Box<[AtomicU64]>,
     clock: C,
 }
@@ -115,6 +120,7 @@ impl<C> SlidingLog<C> {
             head: AtomicU64::new(0),
             limit: AtomicU64::new(quota.amount()),
             window_ns: AtomicU64::new(quota.period_ns()),
+            cursor: AtomicU64::new(0),
             ring: ring.into_boxed_slice(),
             clock,
         }
@@ -263,17 +269,20 @@ impl<C> SlidingLog<C> {
             0
         };
         let t = now.max(newest);
-        // Entries are non-decreasing in sequence order: binary-search the oldest one
-        // still inside (t − W, t], i.e. with ts + W > t. A fixed number of halvings
-        // whose only data-dependent step is a select (no branch to mispredict):
-        // the oldest inside entry stays within [base, base + size].
+        // Entries are non-decreasing in sequence order, so "inside (t − W, t]" (ts +
+        // W > t) is monotone in the sequence number: the oldest inside entry is
+        // found from the hint below, or by binary search, a fixed number of
+        // halvings whose only data-dependent step is a select (no branch to
+        // mispredict): the oldest inside entry stays within [base, base + size].
         let inside = |s: u64| {
             self.before(head, seq - s).load(Ordering::Relaxed) as u128 + window > t as u128
         };
-        let (mut base, mut size) = (seq - stored, stored);
-        let lo = if size == 0 {
-            base
-        } else {
+        // The first inside entry in [from, to), or `to` if none.
+        let first_inside = |from: u64, to: u64| {
+            let (mut base, mut size) = (from, to - from);
+            if size == 0 {
+                return base;
+            }
             while size > 1 {
                 let half = size / 2;
                 let mid = base + half;
@@ -282,6 +291,24 @@ impl<C> SlidingLog<C> {
             }
             base + u64::from(!inside(base))
         };
+        // The search starts from where the last one ended: as time moves on, the
+        // oldest inside entry moves forward by about as many entries as were
+        // added, so one or two probes usually find it. The hint is only a hint:
+        // each branch checks the boundary it relies on.
+        let oldest = seq - stored;
+        let hint = self.cursor.load(Ordering::Relaxed).clamp(oldest, seq);
+        let lo = if hint < seq && !inside(hint) {
+            if hint + 1 == seq || inside(hint + 1) {
+                hint + 1
+            } else {
+                first_inside(hint + 2, seq)
+            }
+        } else if hint == oldest || !inside(hint - 1) {
+            hint
+        } else {
+            first_inside(oldest, hint - 1)
+        };
+        self.cursor.store(lo, Ordering::Relaxed);
         let in_window = seq - lo;
         if in_window + n <= limit {
             if consume && n > 0 {

@@ -57,7 +57,8 @@
 //! from "no time passes", for a clock that jumps back by more than max(1 s, 2
 //! windows); the whole index has none. A keyed
 //! table recycles a wide word only when it reads as empty (see [`Sliding`]'s
-//! `is_fresh`), which drops only the spurious restriction.
+//! `is_fresh`), which drops only the spurious restriction, and folds an evicted
+//! key's word into its sketch by reading both words at `now` (`join`).
 //!
 //! Reconfiguration keeps both counts and applies the new limit, up to the layout's
 //! [`SlidingParams::max_limit`] (chosen at construction); the window length is
@@ -455,6 +456,32 @@ impl Algorithm for Sliding {
     fn is_fresh(p: &SlidingParams, word: u64, now: u64) -> bool {
         let (index, cur, prev) = p.layout.unpack(word);
         (cur == 0 && prev == 0) || matches!(p.read(index, now / p.window_ns), Read::Empty)
+    }
+
+    /// Both words are read at `now` ([`View`], never by raw index: a wide word's
+    /// index wraps) and put in the later of their two windows. In one window, the
+    /// larger of each count. In two (a word written after the clock went back
+    /// reads as a window ahead), the earlier word's both counts become previous
+    /// count of the later window: they then weigh fully until the later window
+    /// starts and then decay no slower than before. Each unit's weight at a time
+    /// only grows with its window, so every future estimate of the join is at
+    /// least both words' (counts saturate at the layout's maximum, which denies
+    /// everything under any limit). A wide word's wrap-around misreading long
+    /// after `now` is spurious (module docs) and not kept, as `is_fresh` does.
+    fn join(p: &SlidingParams, a: u64, b: u64, now: u64) -> Option<u64> {
+        let (va, vb) = (View::new(p, a, now), View::new(p, b, now));
+        let (hi, lo) = if va.index >= vb.index {
+            (va, vb)
+        } else {
+            (vb, va)
+        };
+        let (prev, cur) = if hi.index == lo.index {
+            (hi.prev.max(lo.prev), hi.cur.max(lo.cur))
+        } else {
+            let lo_all = lo.prev.saturating_add(lo.cur).min(p.max_limit());
+            (hi.prev.max(lo_all), hi.cur)
+        };
+        Some(p.layout.pack(hi.index, cur, prev))
     }
 
     fn give_back(p: &SlidingParams, word: u64, n: u64, _prev: u64, next: u64, _now: u64) -> u64 {

@@ -142,6 +142,59 @@ impl GcraParams {
     /// 0 for the bucket). Returns the step and the delay before the request conforms.
     #[inline]
     pub(crate) fn decide(&self, f: u64, now: u64, n: u64, slack_ns: u64) -> Step {
+        if slack_ns == 0 {
+            if let Some(step) = self.admit_now(f, now, n) {
+                return step;
+            }
+        }
+        self.decide_exact(f, now, n, slack_ns)
+    }
+
+    /// The common case of [`Self::decide`] without slack, in `u64` with single
+    /// comparisons: a request that conforms right now (`(F − now)⁺ + n·T ≤ b·T`)
+    /// with `now` before the horizon. `None` for anything else (a denial, a
+    /// timestamp past the horizon, a full instant at the end of time), which
+    /// [`Self::decide_exact`] answers. Where it answers, it answers exactly as
+    /// `decide_exact` does (the property tests compare the two on every input).
+    #[inline(always)]
+    fn admit_now(&self, f: u64, now: u64, n: u64) -> Option<Step> {
+        let horizon = self.horizon(0);
+        // `n ≤ b` keeps `n·T ≤ b·T`: no overflow.
+        if now > horizon || n > self.burst {
+            return None;
+        }
+        let need = n * self.t;
+        let debt = f.saturating_sub(now);
+        // Conforms iff `debt + need ≤ τ`; `τ − need` cannot underflow.
+        if debt > self.tau - need {
+            return None;
+        }
+        let new_debt = debt + need;
+        // `F' = max(F, now) + n·T = now + new_debt`; past `u64::MAX` it is denied.
+        let new_f = now.checked_add(new_debt)?;
+        let room = (self.tau - new_debt).min(u64::MAX - new_f);
+        Some(Step {
+            decision: Decision {
+                allowed: true,
+                remaining: room / self.t,
+                retry_after_ns: 0,
+                reset_after_ns: if new_f > horizon {
+                    u64::MAX
+                } else {
+                    new_f - now
+                },
+                limit: self.burst,
+            },
+            next: if n == 0 { None } else { Some(new_f) },
+            delay_ns: 0,
+        })
+    }
+
+    /// [`Self::decide`] for every input, in `u128` arithmetic. (Kept inline: out
+    /// of line, its `Step` goes through memory and the admission path pays for
+    /// store-forwarding stalls, 27 ns instead of 15 ns per clocked check here.)
+    #[inline]
+    pub(crate) fn decide_exact(&self, f: u64, now: u64, n: u64, slack_ns: u64) -> Step {
         let horizon = self.horizon(slack_ns);
         let now = if now > horizon { horizon } else { now };
         let t = self.t as u128;
@@ -333,5 +386,60 @@ impl<C> crate::limiter::Limiter<Leaky, C> {
         let p = self.params();
         let debt = self.state_word().saturating_sub(now.min(p.horizon(0)));
         debt.div_ceil(p.t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Values near the edges the fast path must leave to the exact one.
+    fn edgy() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0u64..4,
+            any::<u64>(),
+            (0u64..4).prop_map(|d| u64::MAX - d),
+            (0u64..4).prop_map(|d| (1u64 << 63) - d),
+            (0u64..4).prop_map(|d| (1u64 << 63) + d),
+            0u64..10_000_000_000,
+        ]
+    }
+
+    fn params() -> impl Strategy<Value = GcraParams> {
+        (1u64..=1_000_000_000, 1u64..=1_000_000_000, 1u64..=1 << 40).prop_filter_map(
+            "quota out of range",
+            |(amount, period, burst)| {
+                GcraParams::new(&Quota::from_nanos(amount, period).burst(burst)).ok()
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// Wherever the fast path answers, it answers exactly as the `u128` path.
+        #[test]
+        fn admit_now_matches_exact(p in params(), f in edgy(), now in edgy(), n in prop_oneof![0u64..5, any::<u64>()], near in any::<bool>()) {
+            // Half the cases put `F` within a refill of `now`, where admissions happen.
+            let f = if near { now.saturating_add(f % p.tau.saturating_add(1)) } else { f };
+            let n = n % p.burst.saturating_add(2);
+            if let Some(fast) = p.admit_now(f, now, n) {
+                prop_assert_eq!(fast, p.decide_exact(f, now, n, 0));
+            }
+            prop_assert_eq!(p.decide(f, now, n, 0), p.decide_exact(f, now, n, 0));
+        }
+    }
+
+    /// The fast path is taken for ordinary admissions (so the property above is
+    /// not vacuous) and declines denials and the end of time.
+    #[test]
+    fn admit_now_covers_admissions_only() {
+        let p = GcraParams::new(&Quota::per_second(10)).unwrap();
+        assert!(p.admit_now(0, 1_000, 1).is_some());
+        assert!(p.admit_now(1_000 + p.tau, 1_000, 1).is_none()); // denied
+        assert!(p.admit_now(0, u64::MAX, 1).is_none()); // past the horizon
+        let wide = GcraParams::new(&Quota::from_nanos(1, 1).burst(u64::MAX)).unwrap();
+        assert!(wide.admit_now(0, (1 << 63) - 1, u64::MAX).is_none()); // F' past u64::MAX
     }
 }

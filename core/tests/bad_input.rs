@@ -33,15 +33,9 @@ fn fractional_rates_reject_nan_infinite_negative_and_zero() {
         );
     }
     for rate in [0.0, -0.0] {
-        assert_eq!(
-            Quota::from_rate(rate, SEC),
-            Err(ConfigError::Zero { field: "rate" })
-        );
+        assert_eq!(Quota::from_rate(rate, SEC), Err(zero("rate")));
     }
-    assert_eq!(
-        Quota::from_rate(1.0, Duration::ZERO),
-        Err(ConfigError::Zero { field: "period" })
-    );
+    assert_eq!(Quota::from_rate(1.0, Duration::ZERO), Err(zero("period")));
     // So slow that one unit takes longer than u64 nanoseconds.
     for (rate, per) in [
         (1e-300, SEC),
@@ -50,10 +44,7 @@ fn fractional_rates_reject_nan_infinite_negative_and_zero() {
     ] {
         assert_eq!(
             Quota::from_rate(rate, per),
-            Err(ConfigError::TooLarge {
-                field: "period",
-                max: u64::MAX
-            }),
+            Err(too_large("period", u64::MAX)),
             "{rate} per {per:?}"
         );
     }
@@ -80,71 +71,76 @@ proptest! {
     }
 }
 
+fn zero(field: &'static str) -> ConfigError {
+    ConfigError::Zero { field }
+}
+
+fn too_large(field: &'static str, max: u64) -> ConfigError {
+    ConfigError::TooLarge { field, max }
+}
+
+/// Asserts that every case of `what` (what building or reconfiguring answered,
+/// the limiter dropped) is exactly the error beside it.
+fn assert_rejected<const N: usize>(what: &str, cases: [(Result<(), ConfigError>, ConfigError); N]) {
+    for (i, (got, want)) in cases.into_iter().enumerate() {
+        assert_eq!(got, Err(want), "{what}: case {i}");
+    }
+}
+
 #[test]
 fn zero_amount_period_and_burst_are_named() {
     let zero_amount = Quota::per_second(0);
     let zero_period = Quota::from_nanos(1, 0);
     let zero_burst = Quota::per_second(5).burst(0);
-    assert_eq!(
-        TokenBucket::with_clock(zero_amount, ()).unwrap_err(),
-        ConfigError::Zero { field: "amount" }
+    let bucket = |q| TokenBucket::with_clock(q, ()).map(drop);
+    let meter = |q| LeakyBucket::with_clock(q, ()).map(drop);
+    let shaper = |q| Shaper::with_clock(q, 10, ()).map(drop);
+    assert_rejected(
+        "buckets",
+        [
+            (bucket(zero_amount), zero("amount")),
+            (meter(zero_period), zero("period")),
+            (bucket(zero_burst), zero("burst")),
+            (shaper(zero_burst), zero("burst")),
+            (bucket(Quota::with_period(Duration::ZERO)), zero("period")),
+            (
+                bucket(Quota::from_nanos(2, 1)),
+                ConfigError::TooFast { field: "amount" },
+            ),
+        ],
     );
-    assert_eq!(
-        LeakyBucket::with_clock(zero_period, ()).unwrap_err(),
-        ConfigError::Zero { field: "period" }
-    );
-    assert_eq!(
-        TokenBucket::with_clock(zero_burst, ()).unwrap_err(),
-        ConfigError::Zero { field: "burst" }
-    );
-    assert_eq!(
-        Shaper::with_clock(zero_burst, 10, ()).unwrap_err(),
-        ConfigError::Zero { field: "burst" }
-    );
-    assert_eq!(
-        TokenBucket::with_clock(Quota::with_period(Duration::ZERO), ()).unwrap_err(),
-        ConfigError::Zero { field: "period" }
-    );
-    assert_eq!(
-        TokenBucket::with_clock(Quota::from_nanos(2, 1), ()).unwrap_err(),
-        ConfigError::TooFast { field: "amount" }
-    );
-
-    assert_eq!(
-        FixedWindow::with_clock(zero_amount, ()).unwrap_err(),
-        ConfigError::Zero { field: "limit" }
-    );
-    assert_eq!(
-        SlidingWindow::with_clock(zero_amount, ()).unwrap_err(),
-        ConfigError::Zero { field: "limit" }
-    );
-    assert_eq!(
-        SlidingLog::with_clock(zero_amount, ()).unwrap_err(),
-        ConfigError::Zero { field: "limit" }
-    );
-    assert_eq!(
-        FixedWindow::with_clock(zero_period, ()).unwrap_err(),
-        ConfigError::Zero { field: "window" }
-    );
-    assert_eq!(
-        SlidingWindow::with_clock(zero_period, ()).unwrap_err(),
-        ConfigError::Zero { field: "window" }
-    );
-    assert_eq!(
-        SlidingLog::with_clock(zero_period, ()).unwrap_err(),
-        ConfigError::Zero { field: "window" }
-    );
-    assert_eq!(
-        SlidingLog::with_capacity(Quota::per_second(1), 0, ()).unwrap_err(),
-        ConfigError::Zero { field: "capacity" }
-    );
-    assert_eq!(
-        Compound::<Gcra, 0, ()>::with_clock([], ()).unwrap_err(),
-        ConfigError::Zero { field: "limits" }
-    );
-    assert_eq!(
-        Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(1), zero_burst], ()).unwrap_err(),
-        ConfigError::Zero { field: "burst" }
+    // Windows and the log call the amount a limit and the period a window.
+    let windows: [fn(Quota) -> Result<(), ConfigError>; 3] = [
+        |q| FixedWindow::with_clock(q, ()).map(drop),
+        |q| SlidingWindow::with_clock(q, ()).map(drop),
+        |q| SlidingLog::with_clock(q, ()).map(drop),
+    ];
+    for (i, window) in windows.into_iter().enumerate() {
+        assert_rejected(
+            &format!("window {i}"),
+            [
+                (window(zero_amount), zero("limit")),
+                (window(zero_period), zero("window")),
+            ],
+        );
+    }
+    assert_rejected(
+        "log and compounds",
+        [
+            (
+                SlidingLog::with_capacity(Quota::per_second(1), 0, ()).map(drop),
+                zero("capacity"),
+            ),
+            (
+                Compound::<Gcra, 0, ()>::with_clock([], ()).map(drop),
+                zero("limits"),
+            ),
+            (
+                Compound::<Gcra, 2, ()>::with_clock([Quota::per_second(1), zero_burst], ())
+                    .map(drop),
+                zero("burst"),
+            ),
+        ],
     );
 }
 
@@ -160,19 +156,13 @@ fn bursts_too_large_for_the_word_give_the_exact_maximum() {
             let q = Quota::from_nanos(amount, period);
             if max < u64::MAX {
                 assert_eq!(
-                    TokenBucket::with_clock(q.burst(max + 1), ()).unwrap_err(),
-                    ConfigError::TooLarge {
-                        field: "burst",
-                        max
-                    },
+                    TokenBucket::with_clock(q.burst(max + 1), ()).map(drop),
+                    Err(too_large("burst", max)),
                     "period {period} amount {amount}"
                 );
                 assert_eq!(
-                    Shaper::with_clock(q.burst(u64::MAX), 0, ()).unwrap_err(),
-                    ConfigError::TooLarge {
-                        field: "burst",
-                        max
-                    }
+                    Shaper::with_clock(q.burst(u64::MAX), 0, ()).map(drop),
+                    Err(too_large("burst", max))
                 );
             }
             // The maximum itself works, and a full bucket admits all of it at once.
@@ -219,32 +209,16 @@ fn limits_too_large_for_the_layout_give_the_exact_maximum() {
                 }
             };
             if max == 0 {
-                assert_eq!(
-                    build(1),
-                    Err(ConfigError::TooLarge {
-                        field: "limit",
-                        max: 0
-                    }),
-                    "{name} {window}"
-                );
+                assert_eq!(build(1), Err(too_large("limit", 0)), "{name} {window}");
                 continue;
             }
             assert_eq!(build(max), Ok(max), "{name} {window}");
             assert_eq!(
                 build(max + 1),
-                Err(ConfigError::TooLarge {
-                    field: "limit",
-                    max
-                }),
+                Err(too_large("limit", max)),
                 "{name} {window}"
             );
-            assert_eq!(
-                build(u64::MAX),
-                Err(ConfigError::TooLarge {
-                    field: "limit",
-                    max
-                })
-            );
+            assert_eq!(build(u64::MAX), Err(too_large("limit", max)));
         }
     }
 }
@@ -284,38 +258,25 @@ fn full_counts_at_the_last_window_of_time_stay_in_their_field() {
 #[test]
 fn logs_too_large_give_the_exact_maximum() {
     let big = Quota::per_second(LOG_MAX_CAPACITY + 1);
-    assert_eq!(
-        SlidingLog::with_clock(big, ()).unwrap_err(),
-        ConfigError::TooLarge {
-            field: "limit",
-            max: LOG_MAX_CAPACITY
-        }
-    );
-    assert_eq!(
-        SlidingLog::with_capacity(Quota::per_second(1), LOG_MAX_CAPACITY + 1, ()).unwrap_err(),
-        ConfigError::TooLarge {
-            field: "capacity",
-            max: LOG_MAX_CAPACITY
-        }
-    );
-    assert_eq!(
-        SlidingLog::with_capacity(Quota::per_second(9), 8, ()).unwrap_err(),
-        ConfigError::TooLarge {
-            field: "limit",
-            max: 8
-        }
-    );
     let log = SlidingLog::with_capacity(Quota::per_second(2), 4, ()).unwrap();
-    assert_eq!(
-        log.set_quota(&Quota::per_second(5)),
-        Err(ConfigError::TooLarge {
-            field: "limit",
-            max: 4
-        })
-    );
-    assert_eq!(
-        log.set_quota(&Quota::from_nanos(1, 0)),
-        Err(ConfigError::Zero { field: "window" })
+    let sized = |limit, capacity| {
+        SlidingLog::with_capacity(Quota::per_second(limit), capacity, ()).map(drop)
+    };
+    assert_rejected(
+        "log",
+        [
+            (
+                SlidingLog::with_clock(big, ()).map(drop),
+                too_large("limit", LOG_MAX_CAPACITY),
+            ),
+            (
+                sized(1, LOG_MAX_CAPACITY + 1),
+                too_large("capacity", LOG_MAX_CAPACITY),
+            ),
+            (sized(9, 8), too_large("limit", 8)),
+            (log.set_quota(&Quota::per_second(5)), too_large("limit", 4)),
+            (log.set_quota(&Quota::from_nanos(1, 0)), zero("window")),
+        ],
     );
     assert!(log.check_n_at(2, 0).unwrap().allowed);
     assert!(
@@ -340,41 +301,26 @@ fn rejected_reconfiguration_changes_nothing() {
     assert!(!tb.check_at(0).allowed);
 
     let w = FixedWindow::with_clock(Quota::per_second(2), ()).unwrap();
-    assert_eq!(
-        w.set_quota(&Quota::per_minute(2)),
-        Err(ConfigError::Immutable { field: "window" })
-    );
-    assert_eq!(
-        w.set_quota(&Quota::per_second(1 << 40)),
-        Err(ConfigError::TooLarge {
-            field: "limit",
-            max: 536_870_911
-        })
-    );
     let s = SlidingWindow::with_clock(Quota::per_second(2), ()).unwrap();
-    assert_eq!(
-        s.set_quota(&Quota::per_minute(2)),
-        Err(ConfigError::Immutable { field: "window" })
-    );
-    assert_eq!(
-        s.set_quota(&Quota::per_second(0)),
-        Err(ConfigError::Zero { field: "limit" })
-    );
     let c = Compound::<Fixed, 2, ()>::with_clock([Quota::per_second(2), Quota::per_minute(5)], ())
         .unwrap();
-    assert_eq!(
-        c.set_quota(2, &Quota::per_second(2)),
-        Err(ConfigError::TooLarge {
-            field: "index",
-            max: 1
-        })
-    );
-    assert_eq!(
-        c.set_quota(usize::MAX, &Quota::per_second(2)),
-        Err(ConfigError::TooLarge {
-            field: "index",
-            max: 1
-        })
+    let immutable_window = ConfigError::Immutable { field: "window" };
+    assert_rejected(
+        "reconfiguration",
+        [
+            (w.set_quota(&Quota::per_minute(2)), immutable_window),
+            (
+                w.set_quota(&Quota::per_second(1 << 40)),
+                too_large("limit", 536_870_911),
+            ),
+            (s.set_quota(&Quota::per_minute(2)), immutable_window),
+            (s.set_quota(&Quota::per_second(0)), zero("limit")),
+            (c.set_quota(2, &Quota::per_second(2)), too_large("index", 1)),
+            (
+                c.set_quota(usize::MAX, &Quota::per_second(2)),
+                too_large("index", 1),
+            ),
+        ],
     );
     for _ in 0..2 {
         assert!(w.check_at(0).allowed && s.check_at(0).allowed && c.check_at(0).allowed);

@@ -6,19 +6,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use proptest::prelude::*;
-use sluicegate::keyed::{FullPolicy, Keyed, KeyedLimiter};
-use sluicegate::{Algorithm, Fixed, Gcra, Limiter, Quota, Sliding};
+mod common;
 
-fn fixed_hasher(seed: u64) -> foldhash::fast::FixedState {
-    foldhash::fast::FixedState::with_seed(seed)
-}
+use common::{fixed_hasher, keyed_traffic, seeded_table, SeededTable};
+use proptest::prelude::*;
+use sluicegate::keyed::{FullPolicy, KeyedLimiter};
+use sluicegate::{Algorithm, Fixed, Gcra, Limiter, Quota, Sliding};
 
 /// Replays `ops` through a keyed table and through one single limiter per key;
 /// with room for every key, every decision must be identical.
 fn same_as_map_of_limiters<A: Algorithm>(quota: Quota, ops: &[(u8, u64, u64, bool)]) {
-    let table =
-        Keyed::<A, (), _, _>::with_capacity_and_hasher(quota, 4096, fixed_hasher(9), ()).unwrap();
+    let table = seeded_table::<A>(quota, 4096, 9, FullPolicy::EvictStalest);
     let mut model: HashMap<u8, Limiter<A, ()>> = HashMap::new();
     let mut now = 0u64;
     for &(key, dt, n, consume) in ops {
@@ -35,50 +33,29 @@ fn same_as_map_of_limiters<A: Algorithm>(quota: Quota, ops: &[(u8, u64, u64, boo
     }
 }
 
-fn ops() -> impl Strategy<Value = Vec<(u8, u64, u64, bool)>> {
-    prop::collection::vec(
-        (
-            0u8..24,
-            prop_oneof![Just(0u64), 0u64..50_000_000, 0u64..3_000_000_000],
-            0u64..7,
-            prop::bool::weighted(0.85),
-        ),
-        1..200,
-    )
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 2 } else { 96 }, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn token_bucket_table_matches_per_key_limiters(ops in ops()) {
+    fn token_bucket_table_matches_per_key_limiters(ops in keyed_traffic(24, 7, 200)) {
         same_as_map_of_limiters::<Gcra>(Quota::per_second(4).burst(5), &ops);
     }
 
     #[test]
-    fn fixed_window_table_matches_per_key_limiters(ops in ops()) {
+    fn fixed_window_table_matches_per_key_limiters(ops in keyed_traffic(24, 7, 200)) {
         same_as_map_of_limiters::<Fixed>(Quota::per_second(6), &ops);
     }
 
     #[test]
-    fn sliding_window_table_matches_per_key_limiters(ops in ops()) {
+    fn sliding_window_table_matches_per_key_limiters(ops in keyed_traffic(24, 7, 200)) {
         same_as_map_of_limiters::<Sliding>(Quota::per_second(6), &ops);
     }
 }
 
 /// A one-group table (8 slots, probing only itself) with 8 live keys: the
 /// policies decide what the 9th key gets.
-fn full_table(
-    policy: FullPolicy,
-) -> Keyed<Gcra, (), Box<[sluicegate::keyed::Group]>, foldhash::fast::FixedState> {
-    let t = Keyed::<Gcra, (), _, _>::with_capacity_and_hasher(
-        Quota::per_minute(1),
-        8,
-        fixed_hasher(1),
-        (),
-    )
-    .unwrap()
-    .with_policy(policy);
+fn full_table(policy: FullPolicy) -> SeededTable<Gcra> {
+    let t = seeded_table::<Gcra>(Quota::per_minute(1), 8, 1, policy);
     for k in 0..8u32 {
         assert!(t.check_at(&k, k as u64).allowed);
     }
@@ -129,14 +106,7 @@ fn full_table_evicts_the_stalest() {
 #[test]
 fn fresh_slots_are_reused_so_memory_never_grows() {
     // 64 slots, 10 000 distinct keys over time, each idle long enough to go fresh.
-    let t = Keyed::<Gcra, (), _, _>::with_capacity_and_hasher(
-        Quota::per_second(1),
-        64,
-        fixed_hasher(5),
-        (),
-    )
-    .unwrap()
-    .with_policy(FullPolicy::Reject);
+    let t = seeded_table::<Gcra>(Quota::per_second(1), 64, 5, FullPolicy::Reject);
     for k in 0..10_000u64 {
         let now = k * 1_000_000_000; // one key per second: the previous ones are full again
         assert!(t.check_at(&k, now).allowed);
@@ -151,14 +121,7 @@ fn fresh_slots_are_reused_so_memory_never_grows() {
 #[test]
 fn adversarial_keys_do_not_stay_in_one_group() {
     // Keys that all land in group 0 under one seed...
-    let a = Keyed::<Gcra, (), _, _>::with_capacity_and_hasher(
-        Quota::per_minute(1),
-        1024,
-        fixed_hasher(77),
-        (),
-    )
-    .unwrap()
-    .with_policy(FullPolicy::Reject);
+    let a = seeded_table::<Gcra>(Quota::per_minute(1), 1024, 77, FullPolicy::Reject);
     // The attacker's best case: it knows the seed and searches for keys whose two
     // candidate groups are both among groups 0 and 1.
     let crafted: Vec<u64> = (0u64..)

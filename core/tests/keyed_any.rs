@@ -6,6 +6,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod common;
+
+use common::keyed_traffic;
 use proptest::prelude::*;
 use sluicegate::keyed::AnyKeyed;
 use sluicegate::{AnyLimiter, Kind, Spec};
@@ -31,18 +34,6 @@ fn same_as_per_key_references(spec: &Spec, ops: &[(u8, u64, u64, bool)]) {
     }
 }
 
-fn ops() -> impl Strategy<Value = Vec<(u8, u64, u64, bool)>> {
-    prop::collection::vec(
-        (
-            0u8..16,
-            prop_oneof![Just(0u64), 0u64..50_000_000, 0u64..3_000_000_000],
-            0u64..6,
-            prop::bool::weighted(0.85),
-        ),
-        1..150,
-    )
-}
-
 fn spec() -> impl Strategy<Value = Spec> {
     let rates = [
         "4/s",
@@ -66,12 +57,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn any_keyed_matches_one_reference_per_key(spec in spec(), ops in ops()) {
+    fn any_keyed_matches_one_reference_per_key(spec in spec(), ops in keyed_traffic(16, 6, 150)) {
         same_as_per_key_references(&spec, &ops);
     }
 
     #[test]
-    fn keyed_shaper_matches_one_reference_per_key(delay in 0u64..2_000_000_000, ops in ops()) {
+    fn keyed_shaper_matches_one_reference_per_key(delay in 0u64..2_000_000_000, ops in keyed_traffic(16, 6, 150)) {
         let spec = Spec::parse(Kind::Shaper, "5/s burst 2").unwrap().with_max_delay_ns(delay).unwrap();
         same_as_per_key_references(&spec, &ops);
     }

@@ -5,18 +5,18 @@
 
 use std::collections::HashMap;
 
+mod common;
+
+use common::seeded_table;
 use proptest::prelude::*;
-use sluicegate::keyed::{FullPolicy, Keyed, KeyedLimiter};
+use sluicegate::keyed::{FullPolicy, KeyedLimiter};
 use sluicegate::{Algorithm, ConfigError, Fixed, Gcra, Limiter, Quota};
 
 /// Replays `ops` through a tiny table that must evict, and through one limiter
 /// per key charged only with what the table admitted: every admission of the
 /// table must be one the key's own limiter admits.
 fn never_over_admits<A: Algorithm>(quota: Quota, ops: &[(u8, u64, u64)]) {
-    let hasher = foldhash::fast::FixedState::with_seed(3);
-    let table = Keyed::<A, (), _, _>::with_capacity_and_hasher(quota, 16, hasher, ())
-        .unwrap()
-        .with_policy(FullPolicy::EvictStalest);
+    let table = seeded_table::<A>(quota, 16, 3, FullPolicy::EvictStalest);
     let mut own: HashMap<u8, Limiter<A, ()>> = HashMap::new();
     let mut now = 0u64;
     for &(key, dt, n) in ops {
@@ -60,13 +60,7 @@ proptest! {
 #[test]
 fn the_sketch_evicts_in_these_runs() {
     // The property above is only meaningful if the 16-slot table does evict.
-    let t = Keyed::<Gcra, (), _, _>::with_capacity_and_hasher(
-        Quota::per_minute(1),
-        16,
-        foldhash::fast::FixedState::with_seed(3),
-        (),
-    )
-    .unwrap();
+    let t = seeded_table::<Gcra>(Quota::per_minute(1), 16, 3, FullPolicy::EvictStalest);
     for k in 0..64u8 {
         t.check_at(&k, 0);
     }

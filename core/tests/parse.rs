@@ -12,40 +12,27 @@ fn err(s: &str) -> (ParseErrorKind, usize) {
     (e.kind, e.position)
 }
 
+/// Every spelling of every unit, by the unit's length in nanoseconds.
+const UNITS: &[(u64, &[&str])] = &[
+    (1, &["ns", "nanosecond", "nanoseconds"]),
+    (1_000, &["us", "µs", "μs", "microsecond", "microseconds"]),
+    (1_000_000, &["ms", "millisecond", "milliseconds"]),
+    (SEC, &["s", "sec", "secs", "second", "seconds"]),
+    (60 * SEC, &["m", "min", "mins", "minute", "minutes"]),
+    (3_600 * SEC, &["h", "hr", "hrs", "hour", "hours"]),
+    (86_400 * SEC, &["d", "day", "days"]),
+];
+
+/// Each spelling with its unit's length.
+fn spellings() -> impl Iterator<Item = (&'static str, u64)> {
+    UNITS
+        .iter()
+        .flat_map(|&(ns, names)| names.iter().map(move |&name| (name, ns)))
+}
+
 #[test]
 fn every_unit_spelling() {
-    let cases: &[(&str, u64)] = &[
-        ("ns", 1),
-        ("nanosecond", 1),
-        ("nanoseconds", 1),
-        ("us", 1_000),
-        ("µs", 1_000),
-        ("μs", 1_000),
-        ("microsecond", 1_000),
-        ("microseconds", 1_000),
-        ("ms", 1_000_000),
-        ("millisecond", 1_000_000),
-        ("milliseconds", 1_000_000),
-        ("s", SEC),
-        ("sec", SEC),
-        ("secs", SEC),
-        ("second", SEC),
-        ("seconds", SEC),
-        ("m", 60 * SEC),
-        ("min", 60 * SEC),
-        ("mins", 60 * SEC),
-        ("minute", 60 * SEC),
-        ("minutes", 60 * SEC),
-        ("h", 3_600 * SEC),
-        ("hr", 3_600 * SEC),
-        ("hrs", 3_600 * SEC),
-        ("hour", 3_600 * SEC),
-        ("hours", 3_600 * SEC),
-        ("d", 86_400 * SEC),
-        ("day", 86_400 * SEC),
-        ("days", 86_400 * SEC),
-    ];
-    for &(unit, ns) in cases {
+    for (unit, ns) in spellings() {
         for s in [
             format!("7/{unit}"),
             format!("7 per {unit}"),
@@ -211,18 +198,7 @@ fn lists() {
 }
 
 fn unit_strategy() -> impl Strategy<Value = (&'static str, u64)> {
-    prop::sample::select(vec![
-        ("ns", 1u64),
-        ("us", 1_000),
-        ("ms", 1_000_000),
-        ("s", SEC),
-        ("seconds", SEC),
-        ("min", 60 * SEC),
-        ("minute", 60 * SEC),
-        ("h", 3_600 * SEC),
-        ("hours", 3_600 * SEC),
-        ("d", 86_400 * SEC),
-    ])
+    prop::sample::select(spellings().collect::<Vec<_>>())
 }
 
 proptest! {

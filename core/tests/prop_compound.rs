@@ -5,7 +5,7 @@ mod model;
 
 use model::*;
 use proptest::prelude::*;
-use sluicegate::{Algorithm, Compound, Fixed, Gcra, Quota, Sliding};
+use sluicegate::{Algorithm, Compound, ConfigError, Fixed, Gcra, Quota, Sliding};
 
 fn bucket_quota() -> impl Strategy<Value = Quota> {
     (1u64..=100, length(), 1u64..=32).prop_map(|(amount, period, burst)| {
@@ -38,16 +38,28 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Drives a compound of `N` parts and the conjunction of their models.
+/// The parts' quotas from `quotas`, a start and a trace.
+fn case<S: Strategy>(quotas: S) -> impl Strategy<Value = (S::Value, u64, Vec<(TimeOp, Op)>)> {
+    (quotas, start_time(), trace(op()))
+}
+
+/// A window quota with a new limit: a window's length cannot change.
+fn same_window(q: &Quota, limit: u64) -> Quota {
+    Quota::from_nanos(limit, q.period_ns())
+}
+
+/// Drives a compound of `N` parts and the conjunction of their models, each
+/// built from its part's quota by `model`.
 fn drive_compound<A: Algorithm, M: Model + Reconfigure, const N: usize>(
     quotas: [Quota; N],
-    mut models: Vec<M>,
+    model: impl Fn(&Quota) -> Result<M, ConfigError>,
     reconfigured: impl Fn(&Quota, u64) -> Quota,
     unit: u64,
     start: u64,
     steps: &[(TimeOp, Op)],
 ) -> Result<(), TestCaseError> {
     let c: Compound<A, N, ()> = Compound::with_clock(quotas, ()).unwrap();
+    let mut models: Vec<M> = quotas.iter().map(|q| model(q).unwrap()).collect();
     let mut quotas = quotas;
     let mut t = start;
     let mut last = None;
@@ -108,37 +120,20 @@ proptest! {
 
     /// Three token buckets, e.g. per second, per minute, per hour.
     #[test]
-    fn compound_buckets_match_models(
-        qs in [bucket_quota(), bucket_quota(), bucket_quota()],
-        start in start_time(),
-        steps in prop::collection::vec((time_op(), op()), trace_len()),
-    ) {
-        let models = qs.iter().map(|q| Bucket::new(q).unwrap()).collect();
+    fn compound_buckets_match_models((qs, start, steps) in case([bucket_quota(), bucket_quota(), bucket_quota()])) {
         let unit = qs[0].period_ns().div_ceil(qs[0].amount());
-        drive_compound::<Gcra, _, 3>(qs, models, |q, b| q.burst(b), unit, start, &steps)?;
+        drive_compound::<Gcra, _, 3>(qs, Bucket::new, |q, b| q.burst(b), unit, start, &steps)?;
     }
 
     /// Two fixed windows.
     #[test]
-    fn compound_fixed_windows_match_models(
-        qs in [window_quota(1), window_quota(1)],
-        start in start_time(),
-        steps in prop::collection::vec((time_op(), op()), trace_len()),
-    ) {
-        let models = qs.iter().map(|q| FixedModel::new(q).unwrap()).collect();
-        let unit = qs[0].period_ns();
-        drive_compound::<Fixed, _, 2>(qs, models, |q, l| Quota::from_nanos(l, q.period_ns()), unit, start, &steps)?;
+    fn compound_fixed_windows_match_models((qs, start, steps) in case([window_quota(1), window_quota(1)])) {
+        drive_compound::<Fixed, _, 2>(qs, FixedModel::new, same_window, qs[0].period_ns(), start, &steps)?;
     }
 
     /// Two sliding windows.
     #[test]
-    fn compound_sliding_windows_match_models(
-        qs in [window_quota(2), window_quota(2)],
-        start in start_time(),
-        steps in prop::collection::vec((time_op(), op()), trace_len()),
-    ) {
-        let models = qs.iter().map(|q| SlidingModel::new(q).unwrap()).collect();
-        let unit = qs[1].period_ns();
-        drive_compound::<Sliding, _, 2>(qs, models, |q, l| Quota::from_nanos(l, q.period_ns()), unit, start, &steps)?;
+    fn compound_sliding_windows_match_models((qs, start, steps) in case([window_quota(2), window_quota(2)])) {
+        drive_compound::<Sliding, _, 2>(qs, SlidingModel::new, same_window, qs[1].period_ns(), start, &steps)?;
     }
 }

@@ -32,47 +32,15 @@ fn drive_log(
     steps: &Steps,
     monotone: bool,
 ) -> Result<Vec<(u64, u64)>, TestCaseError> {
-    let mut t = start;
-    let mut last = None;
-    let mut admitted = Vec::new();
-    for (i, (op, action)) in steps.iter().enumerate() {
-        let next = advance(t, op, m.window, last.as_ref());
-        t = if monotone { next.max(t) } else { next };
-        let capacity = m.capacity();
-        let (n, consume, got) = match action {
-            Action::Check(c) => {
-                let n = resolve(c, capacity);
-                (n, true, log.check_n_at(n, t))
-            }
-            Action::CheckOne => (1, true, Ok(log.check_at(t))),
-            Action::Peek(c) => {
-                let n = resolve(c, capacity);
-                (n, false, log.peek_n_at(n, t))
-            }
-            Action::PeekOne => (1, false, log.peek_n_at(1, t)),
-            Action::Reconfigure(q) => {
-                prop_assert_eq!(log.set_quota(q), m.reconfigure(q), "set_quota({:?})", q);
-                continue;
-            }
-        };
-        let want = m.decide(t, n, consume);
-        prop_assert_eq!(
-            norm(t, got),
-            norm(t, want),
-            "step {}: {:?} n={} t={}",
-            i,
-            action,
-            n,
-            t
-        );
-        if let Ok(d) = got {
-            if consume && d.allowed && n > 0 {
-                admitted.push((t, n));
-            }
-            last = Some(d);
-        }
-    }
-    Ok(admitted)
+    drive(
+        log,
+        m,
+        start,
+        steps,
+        |m| m.window,
+        monotone,
+        |_, _, _| Ok(()),
+    )
 }
 
 proptest! {
@@ -84,7 +52,7 @@ proptest! {
     fn log_matches_model(
         (q, capacity) in log_case(),
         start in start_time(),
-        steps in prop::collection::vec((time_op(), action(new_quota(), 1)), trace_len()),
+        steps in trace(action(new_quota(), 1)),
     ) {
         let log = SlidingLog::with_capacity(q, capacity, ()).unwrap();
         let mut m = LogModel::with_capacity(&q, capacity).unwrap();
@@ -97,7 +65,7 @@ proptest! {
     fn log_is_exact(
         q in quota(),
         start in start_time(),
-        steps in prop::collection::vec((time_op(), action(new_quota(), 0)), trace_len()),
+        steps in trace(action(new_quota(), 0)),
     ) {
         let log = SlidingLog::with_clock(q, ()).unwrap();
         let mut m = LogModel::new(&q).unwrap();

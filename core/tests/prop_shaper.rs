@@ -69,7 +69,7 @@ proptest! {
         q in quota(),
         (delay_permille, delay_any) in max_delay(),
         start in start_time(),
-        steps in prop::collection::vec((time_op(), op()), trace_len()),
+        steps in trace(op()),
     ) {
         let t_ns = q.period_ns().div_ceil(q.amount());
         let max_delay = delay_any.unwrap_or(

@@ -33,7 +33,7 @@ fn new_quota() -> impl Strategy<Value = Quota> {
 }
 
 fn steps(reconfig: u32) -> impl Strategy<Value = Steps> {
-    prop::collection::vec((time_op(), action(new_quota(), reconfig)), trace_len())
+    trace(action(new_quota(), reconfig))
 }
 
 proptest! {

@@ -63,10 +63,7 @@ fn reconfig(q: &Quota, counts: u32) -> impl Strategy<Value = Quota> {
 
 fn case(counts: u32, reconfigure: u32) -> impl Strategy<Value = (Quota, u64, Steps)> {
     quota(counts).prop_flat_map(move |q| {
-        let steps = prop::collection::vec(
-            (time_op(), action(reconfig(&q, counts), reconfigure)),
-            trace_len(),
-        );
+        let steps = trace(action(reconfig(&q, counts), reconfigure));
         (Just(q), start_time(), steps)
     })
 }
@@ -153,6 +150,15 @@ fn wide_quota() -> impl Strategy<Value = Quota> {
         })
 }
 
+/// A wide quota, a start and a trace without reconfiguration.
+fn wide_case() -> impl Strategy<Value = (Quota, u64, Steps)> {
+    (
+        wide_quota(),
+        start_time(),
+        trace(action(Just(Quota::per_second(1)), 0)),
+    )
+}
+
 proptest! {
     #![proptest_config(config(256))]
 
@@ -160,11 +166,7 @@ proptest! {
     /// windows, ±a few), backwards clocks inside and outside the back band, the
     /// end of time.
     #[test]
-    fn wide_sliding_window_matches_model(
-        q in wide_quota(),
-        start in start_time(),
-        steps in prop::collection::vec((time_op(), action(Just(Quota::per_second(1)), 0)), trace_len()),
-    ) {
+    fn wide_sliding_window_matches_model((q, start, steps) in wide_case()) {
         let w = SlidingWindow::with_clock(q, ()).unwrap();
         prop_assert!(w.params().wraps());
         let mut m = SlidingModel::new(&q).unwrap();
@@ -176,11 +178,7 @@ proptest! {
     /// layout is one the exact rule on the whole index admits, fed the same
     /// admissions.
     #[test]
-    fn wide_layout_never_admits_more_than_exact(
-        q in wide_quota(),
-        start in start_time(),
-        steps in prop::collection::vec((time_op(), action(Just(Quota::per_second(1)), 0)), trace_len()),
-    ) {
+    fn wide_layout_never_admits_more_than_exact((q, start, steps) in wide_case()) {
         let w = SlidingWindow::with_clock(q, ()).unwrap();
         let mut m = SlidingModel::new(&q).unwrap();
         let admitted = drive(&w, &mut m, start, &steps, |m| m.window, true, |_, _, _| Ok(()))?;

@@ -95,20 +95,20 @@ fn every_bound_is_rejected_with_a_clear_error() {
         "fixed_window does not support a burst different from the limit"
     );
     // Per-quota bounds name the quota, the field and the maximum.
-    let e = Spec::new(Kind::SlidingWindow, &[q, Quota::per_second(20_000)]).unwrap_err();
+    let e = Spec::new(Kind::SlidingWindow, &[q, Quota::per_second(2_000_000)]).unwrap_err();
     assert_eq!(
         e,
         SpecError::Config {
             index: 1,
             error: ConfigError::TooLarge {
                 field: "limit",
-                max: 16_383
+                max: 1_048_575
             }
         }
     );
     assert_eq!(
         e.to_string(),
-        "quota 1: limit is too large for this limiter: the maximum is 16383"
+        "quota 1: limit is too large for this limiter: the maximum is 1048575"
     );
     // The log's capacity bound is the log's own.
     assert_eq!(Spec::MAX_LOG_CAPACITY, SlidingLog::<()>::MAX_CAPACITY);

@@ -18,26 +18,29 @@ fn plain(d: Decision) -> Outcome {
     }
 }
 
+/// Boxes a limiter whose own API has `check_n_at` and `peek_n_at` as a
+/// [`Concrete`]: a check when `consume`, else a peek.
+macro_rules! check_or_peek {
+    ($limiter:expr) => {{
+        let l = $limiter;
+        Box::new(move |consume, n, t| {
+            if consume {
+                l.check_n_at(n, t).map(plain)
+            } else {
+                l.peek_n_at(n, t).map(plain)
+            }
+        })
+    }};
+}
+
 fn concrete(spec: &Spec) -> Concrete {
     let q = spec.quotas()[0];
-    macro_rules! word {
-        ($l:expr) => {{
-            let l = $l;
-            Box::new(move |consume, n, t| {
-                if consume {
-                    l.check_n_at(n, t).map(plain)
-                } else {
-                    l.peek_n_at(n, t).map(plain)
-                }
-            })
-        }};
-    }
     match spec.kind() {
-        Kind::TokenBucket => word!(TokenBucket::with_clock(q, ()).unwrap()),
-        Kind::LeakyBucket => word!(LeakyBucket::with_clock(q, ()).unwrap()),
-        Kind::FixedWindow => word!(FixedWindow::with_clock(q, ()).unwrap()),
-        Kind::SlidingWindow => word!(SlidingWindow::with_clock(q, ()).unwrap()),
-        Kind::SlidingLog => word!(SlidingLog::with_clock(q, ()).unwrap()),
+        Kind::TokenBucket => check_or_peek!(TokenBucket::with_clock(q, ()).unwrap()),
+        Kind::LeakyBucket => check_or_peek!(LeakyBucket::with_clock(q, ()).unwrap()),
+        Kind::FixedWindow => check_or_peek!(FixedWindow::with_clock(q, ()).unwrap()),
+        Kind::SlidingWindow => check_or_peek!(SlidingWindow::with_clock(q, ()).unwrap()),
+        Kind::SlidingLog => check_or_peek!(SlidingLog::with_clock(q, ()).unwrap()),
         Kind::Shaper => {
             let s = Shaper::with_clock(q, spec.max_delay_ns(), ()).unwrap();
             Box::new(move |consume, n, t| {
@@ -55,24 +58,20 @@ fn concrete(spec: &Spec) -> Concrete {
 }
 
 fn compound(spec: &Spec) -> Concrete {
-    macro_rules! of {
-        ($alg:ty) => {{
-            let c =
-                Compound::<$alg, 3, ()>::with_clock(spec.quotas().try_into().unwrap(), ()).unwrap();
-            Box::new(move |consume, n, t| {
-                if consume {
-                    c.check_n_at(n, t).map(plain)
-                } else {
-                    c.peek_n_at(n, t).map(plain)
-                }
-            })
-        }};
-    }
+    let quotas: [Quota; 3] = spec.quotas().try_into().unwrap();
     match spec.kind() {
-        Kind::TokenBucket => of!(Gcra),
-        Kind::LeakyBucket => of!(Leaky),
-        Kind::FixedWindow => of!(Fixed),
-        Kind::SlidingWindow => of!(Sliding),
+        Kind::TokenBucket => {
+            check_or_peek!(Compound::<Gcra, 3, ()>::with_clock(quotas, ()).unwrap())
+        }
+        Kind::LeakyBucket => {
+            check_or_peek!(Compound::<Leaky, 3, ()>::with_clock(quotas, ()).unwrap())
+        }
+        Kind::FixedWindow => {
+            check_or_peek!(Compound::<Fixed, 3, ()>::with_clock(quotas, ()).unwrap())
+        }
+        Kind::SlidingWindow => {
+            check_or_peek!(Compound::<Sliding, 3, ()>::with_clock(quotas, ()).unwrap())
+        }
         k => panic!("{k} has no compound"),
     }
 }

@@ -3,12 +3,13 @@
 //! nothing less (no lost update) — and the compound limiter never lets any part
 //! exceed its own limit.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
 use sluicegate::{
-    Compound, Decision, Fixed, FixedWindow, Gcra, LeakyBucket, Quota, Shaper, Sliding, SlidingLog,
-    SlidingWindow, TokenBucket,
+    Algorithm, Compound, Decision, Fixed, FixedWindow, Gcra, InsufficientCapacity, LeakyBucket,
+    Quota, Shaper, Sliding, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 const THREADS: usize = 6;
@@ -62,46 +63,70 @@ fn every_limiter_admits_exactly_its_bound() {
     assert_eq!(hammer(|| one(*sh.reserve_at(NOW).decision())), 200);
 }
 
+/// A limiter's cost-`n` check at `NOW`, callable from every thread.
+type CheckN<'a> = dyn Fn(u64) -> Result<Decision, InsufficientCapacity> + Sync + 'a;
+
+/// Units `check` admits, called from this thread until it denies.
+fn drain(check: impl Fn() -> bool) -> u64 {
+    (0..).take_while(|_| check()).count() as u64
+}
+
+/// [`hammer`]s `check`, then tops up sequentially with `top_up` (one unit a call):
+/// the racers admitted at most `bound`, and with the top-up exactly `bound`.
+fn race_to_bound(bound: u64, check: impl Fn() -> (bool, u64) + Sync, top_up: impl Fn() -> bool) {
+    let got = hammer(check);
+    let top_up = drain(top_up);
+    assert!(got <= bound && got + top_up == bound, "{got} + {top_up}");
+}
+
 #[test]
 fn mixed_costs_never_exceed_the_bound_and_lose_nothing() {
     // Costs 1..=3: the total may stop short of the bound by less than the largest
     // cost; topping up with single units afterwards reaches it exactly.
-    let cost = |i: &std::sync::atomic::AtomicU64| {
-        1 + i.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 3
+    let counter = AtomicU64::new(0);
+    let mixed = |check_n: &CheckN| {
+        let n = 1 + counter.fetch_add(1, Ordering::Relaxed) % 3;
+        (check_n(n).unwrap().allowed, n)
     };
-    let counter = std::sync::atomic::AtomicU64::new(0);
 
     let tb = TokenBucket::with_clock(Quota::per_minute(1_000).burst(500), ()).unwrap();
-    let got = hammer(|| {
-        let n = cost(&counter);
-        (tb.check_n_at(n, NOW).unwrap().allowed, n)
-    });
-    let top_up = (0..).take_while(|_| tb.check_at(NOW).allowed).count() as u64;
-    assert!(got <= 500 && got + top_up == 500, "{got} + {top_up}");
-
     let fw = FixedWindow::with_clock(Quota::per_second(700), ()).unwrap();
-    let got = hammer(|| {
-        let n = cost(&counter);
-        (fw.check_n_at(n, NOW).unwrap().allowed, n)
-    });
-    let top_up = (0..).take_while(|_| fw.check_at(NOW).allowed).count() as u64;
-    assert!(got <= 700 && got + top_up == 700, "{got} + {top_up}");
-
     let sw = SlidingWindow::with_clock(Quota::per_second(700), ()).unwrap();
-    let got = hammer(|| {
-        let n = cost(&counter);
-        (sw.check_n_at(n, NOW).unwrap().allowed, n)
-    });
-    let top_up = (0..).take_while(|_| sw.check_at(NOW).allowed).count() as u64;
-    assert!(got <= 700 && got + top_up == 700, "{got} + {top_up}");
-
     let log = SlidingLog::with_clock(Quota::per_second(700), ()).unwrap();
-    let got = hammer(|| {
-        let n = cost(&counter);
-        (log.check_n_at(n, NOW).unwrap().allowed, n)
-    });
-    let top_up = (0..).take_while(|_| log.check_at(NOW).allowed).count() as u64;
-    assert!(got <= 700 && got + top_up == 700, "{got} + {top_up}");
+    // Each limiter's bound, its cost-n check and its one-unit check.
+    let limiters: [(u64, &CheckN, &dyn Fn() -> bool); 4] = [
+        (500, &|n| tb.check_n_at(n, NOW), &|| {
+            tb.check_at(NOW).allowed
+        }),
+        (700, &|n| fw.check_n_at(n, NOW), &|| {
+            fw.check_at(NOW).allowed
+        }),
+        (700, &|n| sw.check_n_at(n, NOW), &|| {
+            sw.check_at(NOW).allowed
+        }),
+        (700, &|n| log.check_n_at(n, NOW), &|| {
+            log.check_at(NOW).allowed
+        }),
+    ];
+    for (bound, check_n, check_one) in limiters {
+        race_to_bound(bound, || mixed(check_n), check_one);
+    }
+}
+
+/// Races one-unit checks on the compound of `quotas`, whose tighter part binds at
+/// `bound` (see [`race_to_bound`]); then lifts part `lift` to `lifted`: the looser
+/// parts must hold exactly `rest` more, so every tentative charge of a lost race
+/// was given back.
+fn tight_then_lifted<A: Algorithm, const N: usize>(
+    quotas: [Quota; N],
+    bound: u64,
+    (lift, lifted): (usize, Quota),
+    rest: u64,
+) {
+    let c = Compound::<A, N, ()>::with_clock(quotas, ()).unwrap();
+    race_to_bound(bound, || one(c.check_at(NOW)), || c.check_at(NOW).allowed);
+    c.set_quota(lift, &lifted).unwrap();
+    assert_eq!(drain(|| c.check_at(NOW).allowed), rest, "{quotas:?}");
 }
 
 /// A compound whose tighter part binds: the racing threads never admit more than
@@ -110,48 +135,27 @@ fn mixed_costs_never_exceed_the_bound_and_lose_nothing() {
 /// lost race was given back).
 #[test]
 fn compound_never_exceeds_any_part_and_gives_back_every_tentative_charge() {
-    let fixed =
-        Compound::<Fixed, 2, ()>::with_clock([Quota::per_second(300), Quota::per_second(200)], ())
-            .unwrap();
-    let got = hammer(|| one(fixed.check_at(NOW)));
-    let top_up = (0..).take_while(|_| fixed.check_at(NOW).allowed).count() as u64;
-    assert!(got <= 200 && got + top_up == 200, "{got} + {top_up}");
     // Lift the tight part: the loose one must hold exactly 300 − 200 more.
-    fixed.set_quota(1, &Quota::per_second(1_000)).unwrap();
-    let rest = (0..).take_while(|_| fixed.check_at(NOW).allowed).count() as u64;
-    assert_eq!(rest, 100);
-
-    let sliding = Compound::<Sliding, 2, ()>::with_clock(
-        [Quota::per_second(200), Quota::per_second(300)],
-        (),
-    )
-    .unwrap();
-    let got = hammer(|| one(sliding.check_at(NOW)));
-    let top_up = (0..).take_while(|_| sliding.check_at(NOW).allowed).count() as u64;
-    assert!(got <= 200 && got + top_up == 200, "{got} + {top_up}");
-    sliding.set_quota(0, &Quota::per_second(1_000)).unwrap();
-    assert_eq!(
-        (0..).take_while(|_| sliding.check_at(NOW).allowed).count(),
-        100
+    tight_then_lifted::<Fixed, 2>(
+        [Quota::per_second(300), Quota::per_second(200)],
+        200,
+        (1, Quota::per_second(1_000)),
+        100,
     );
-
-    let buckets = Compound::<Gcra, 3, ()>::with_clock(
+    tight_then_lifted::<Sliding, 2>(
+        [Quota::per_second(200), Quota::per_second(300)],
+        200,
+        (0, Quota::per_second(1_000)),
+        100,
+    );
+    tight_then_lifted::<Gcra, 3>(
         [
             Quota::per_minute(600).burst(250),
             Quota::per_hour(100).burst(150),
             Quota::per_second(1_000),
         ],
-        (),
-    )
-    .unwrap();
-    let got = hammer(|| one(buckets.check_at(NOW)));
-    let top_up = (0..).take_while(|_| buckets.check_at(NOW).allowed).count() as u64;
-    assert!(got <= 150 && got + top_up == 150, "{got} + {top_up}");
-    buckets
-        .set_quota(1, &Quota::per_hour(100).burst(10_000))
-        .unwrap();
-    assert_eq!(
-        (0..).take_while(|_| buckets.check_at(NOW).allowed).count(),
-        100
+        150,
+        (1, Quota::per_hour(100).burst(10_000)),
+        100,
     );
 }

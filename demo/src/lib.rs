@@ -360,6 +360,7 @@ pub const COLORS: [RGBColor; 7] = [
 /// # std::fs::remove_file(&path).unwrap();
 /// ```
 pub fn write_chart(sim: &Simulation, path: &Path) -> Result<(), Box<dyn Error>> {
+    register_font()?;
     let end = sim
         .outcomes
         .iter()
@@ -433,4 +434,24 @@ pub fn write_chart(sim: &Simulation, path: &Path) -> Result<(), Box<dyn Error>> 
     }
     root.present()?;
     Ok(())
+}
+
+/// Registers the embedded DejaVu Sans as plotters' `sans-serif` (once per process):
+/// text is measured with the real font, whatever features other crates of a
+/// workspace build turn on in plotters.
+fn register_font() -> Result<(), Box<dyn Error>> {
+    static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *DONE.get_or_init(|| {
+        plotters::style::register_font(
+            "sans-serif",
+            plotters::style::FontStyle::Normal,
+            dejavu::sans::regular(),
+        )
+        .is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("the embedded DejaVu Sans could not be loaded".into())
+    }
 }

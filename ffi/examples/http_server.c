@@ -1,10 +1,17 @@
-/* A small HTTP/1.1 server in plain C that rate-limits each client IP address
- * with a sluicegate keyed limiter, over poll(2). It listens on 127.0.0.1 only.
+/* A small HTTP/1.1 server in plain C that rate-limits its clients with
+ * sluicegate, over poll(2). It listens on 127.0.0.1 only.
  *
  *   http_server [--port N] [--rate "5 per 10 seconds"] [--lifetime SECONDS]
- *               [--port-file PATH] [--capacity KEYS]
+ *               [--port-file PATH] [--capacity KEYS] [--policy rules.toml]
  *
- * Every response carries the IETF httpapi RateLimit fields:
+ * Without --policy, each client IP gets a keyed limiter at --rate. With
+ * --policy, the rule file decides (sluicegate_policy_*): each request's
+ * attributes are `ip`, `method`, `path`, `host` and `header:<lower-case name>`
+ * for every header; SIGHUP reloads the file (an invalid one is reported and the
+ * rules in force keep running), and GET /metrics answers the policy's
+ * Prometheus text without being limited.
+ *
+ * Every response carries the IETF httpapi RateLimit fields, one item per rule:
  *   RateLimit-Policy: "default";q=<limit>;w=<window seconds>
  *   RateLimit: "default";r=<remaining>;t=<seconds until full>
  * and a denied request gets 429 with Retry-After (whole seconds, rounded up).
@@ -41,9 +48,10 @@ struct client {
 };
 
 static volatile sig_atomic_t stopping = 0;
+static volatile sig_atomic_t reloading = 0;
 static void on_signal(int sig) {
-    (void)sig;
-    stopping = 1;
+    if (sig == SIGHUP) reloading = 1;
+    else stopping = 1;
 }
 
 static uint64_t ceil_secs(uint64_t ns) { return ns / 1000000000u + (ns % 1000000000u != 0); }
@@ -104,6 +112,121 @@ static void respond(struct client *c, const sluicegate_keyed *table, const sluic
     }
 }
 
+/* Writes all of `out` (responses are small: a fresh socket buffer takes them). */
+static void send_all(int fd, const char *out, int n) {
+    ssize_t off = 0;
+    while (n > 0 && off < n) {
+        ssize_t w = write(fd, out + off, (size_t)(n - off));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += w;
+    }
+}
+
+#define MAX_HEADERS 32
+
+/* The request's attributes for the policy: ip, method, path, host and every
+ * header as header:<lower-case name>, pointing into the request buffer (the
+ * header names are lower-cased in place) and `ip`. Returns the count, or -1 for
+ * a malformed request line. */
+static int request_attrs(char *req, const char *ip, sluicegate_attr *a, char names[][80]) {
+    int n = 0;
+    char *line_end = strstr(req, "\r\n");
+    char *sp1 = strchr(req, ' ');
+    char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+    if (!line_end || !sp1 || !sp2 || sp2 > line_end) return -1;
+    a[n++] = (sluicegate_attr){"ip", 2, ip, strlen(ip)};
+    a[n++] = (sluicegate_attr){"method", 6, req, (size_t)(sp1 - req)};
+    char *path = sp1 + 1;
+    char *query = memchr(path, '?', (size_t)(sp2 - path));
+    a[n++] = (sluicegate_attr){"path", 4, path, (size_t)((query ? query : sp2) - path)};
+    for (char *h = line_end + 2; n < MAX_HEADERS + 3; ) {
+        char *end = strstr(h, "\r\n");
+        if (!end || end == h) break;
+        char *colon = memchr(h, ':', (size_t)(end - h));
+        if (colon && colon > h && (size_t)(colon - h) < sizeof names[0] - 8) {
+            char *name = names[n];
+            memcpy(name, "header:", 7);
+            size_t len = (size_t)(colon - h);
+            for (size_t i = 0; i < len; ++i)
+                name[7 + i] = (char)((h[i] >= 'A' && h[i] <= 'Z') ? h[i] - 'A' + 'a' : h[i]);
+            char *v = colon + 1;
+            while (v < end && (*v == ' ' || *v == '\t')) ++v;
+            char *ve = end;
+            while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) --ve;
+            a[n] = (sluicegate_attr){name, 7 + len, v, (size_t)(ve - v)};
+            if (len == 4 && memcmp(name + 7, "host", 4) == 0 && n < MAX_HEADERS + 3) {
+                ++n;
+                a[n] = (sluicegate_attr){"host", 4, v, (size_t)(ve - v)};
+            }
+            ++n;
+        }
+        h = end + 2;
+    }
+    return n;
+}
+
+static void respond_policy(struct client *c, const sluicegate_policy *policy,
+                           sluicegate_policy_decision *d, uint64_t now) {
+    char out[4096];
+    int n;
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &c->addr, ip, sizeof ip);
+    if (strncmp(c->buf, "GET /metrics ", 13) == 0) {
+        static char text[65536];
+        size_t len = 0;
+        sluicegate_policy_metrics_text_at(policy, now, text, sizeof text, &len);
+        if (len >= sizeof text) len = sizeof text - 1; /* truncated: still valid lines up to here */
+        n = snprintf(out, sizeof out,
+                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n", len);
+        send_all(c->fd, out, n);
+        send_all(c->fd, text, (int)len);
+        return;
+    }
+    sluicegate_attr attrs[MAX_HEADERS + 4];
+    static char names[MAX_HEADERS + 4][80];
+    int count = request_attrs(c->buf, ip, attrs, names);
+    sluicegate_policy_result r;
+    sluicegate_status s = count < 0 ? SLUICEGATE_ERR_PARSE
+                                    : sluicegate_policy_check_at(policy, attrs, (size_t)count, 1,
+                                                                 now, d, &r);
+    if (s != SLUICEGATE_OK) {
+        /* A malformed request, or one whose text is not UTF-8. */
+        n = snprintf(out, sizeof out,
+                     "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        fprintf(stderr, "bad request: %s\n", sluicegate_status_str(s));
+        send_all(c->fd, out, n);
+        return;
+    }
+    char rl[1024], rlp[1024], fields[2200] = "";
+    size_t rl_len = 0, rlp_len = 0;
+    sluicegate_policy_decision_ratelimit(d, rl, sizeof rl, &rl_len);
+    sluicegate_policy_decision_ratelimit_policy(d, rlp, sizeof rlp, &rlp_len);
+    if (rlp_len > 0 && rl_len < sizeof rl && rlp_len < sizeof rlp)
+        snprintf(fields, sizeof fields, "RateLimit-Policy: %s\r\nRateLimit: %s\r\n", rlp, rl);
+    if (r.allowed) {
+        n = snprintf(out, sizeof out,
+                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n%s"
+                     "Content-Length: 3\r\nConnection: close\r\n\r\nok\n",
+                     fields);
+    } else {
+        sluicegate_policy_rule rule;
+        char body[256];
+        if (sluicegate_policy_decision_rule(d, r.denying_rule, &rule) == SLUICEGATE_OK)
+            snprintf(body, sizeof body, "rate limit exceeded (rule %.*s)\n", (int)rule.name_len,
+                     rule.name);
+        else
+            snprintf(body, sizeof body, "rate limit exceeded\n");
+        n = snprintf(out, sizeof out,
+                     "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\n"
+                     "Retry-After: %llu\r\n%s"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     (unsigned long long)ceil_secs(r.retry_after_ns), fields, strlen(body), body);
+    }
+    send_all(c->fd, out, n);
+}
+
 static void drop(struct client *c) {
     close(c->fd);
     c->fd = -1;
@@ -116,12 +239,14 @@ int main(int argc, char **argv) {
     const char *port_file = NULL;
     double lifetime = 30;
     unsigned long long capacity = 65536;
+    const char *policy_file = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--port") == 0) port = (unsigned)strtoul(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--rate") == 0) rate = argv[i + 1];
         else if (strcmp(argv[i], "--lifetime") == 0) lifetime = strtod(argv[i + 1], NULL);
         else if (strcmp(argv[i], "--port-file") == 0) port_file = argv[i + 1];
         else if (strcmp(argv[i], "--capacity") == 0) capacity = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--policy") == 0) policy_file = argv[i + 1];
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -139,8 +264,21 @@ int main(int argc, char **argv) {
                 perr.position, perr.message ? perr.message : "");
         return 2;
     }
+    sluicegate_policy *policy = NULL;
+    sluicegate_policy_decision *decision = NULL;
+    static char msg[8192];
+    if (policy_file) {
+        s = sluicegate_policy_new_from_file(policy_file, strlen(policy_file), msg, sizeof msg,
+                                            &policy);
+        if (s != SLUICEGATE_OK) {
+            fprintf(stderr, "cannot load the policy (%s):\n%s\n", sluicegate_status_str(s), msg);
+            return 2;
+        }
+        if (msg[0]) fprintf(stderr, "%s\n", msg); /* warnings */
+        if (sluicegate_policy_decision_new(&decision) != SLUICEGATE_OK) return 1;
+    }
     sluicegate_keyed *table = NULL;
-    s = sluicegate_keyed_new(&cfg, capacity, SLUICEGATE_EVICT_STALEST, &table);
+    s = policy ? SLUICEGATE_OK : sluicegate_keyed_new(&cfg, capacity, SLUICEGATE_EVICT_STALEST, &table);
     if (s != SLUICEGATE_OK) {
         char why[160];
         sluicegate_config_validate(&cfg, why, sizeof why);
@@ -163,8 +301,12 @@ int main(int argc, char **argv) {
     socklen_t salen = sizeof sa;
     getsockname(lfd, (struct sockaddr *)&sa, &salen);
     fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
-    printf("listening on 127.0.0.1:%u, %s per client IP (sluicegate %s)\n", ntohs(sa.sin_port),
-           rate, sluicegate_version());
+    if (policy)
+        printf("listening on 127.0.0.1:%u, policy %s (sluicegate %s)\n", ntohs(sa.sin_port),
+               policy_file, sluicegate_version());
+    else
+        printf("listening on 127.0.0.1:%u, %s per client IP (sluicegate %s)\n", ntohs(sa.sin_port),
+               rate, sluicegate_version());
     fflush(stdout);
     if (port_file) {
         char tmp[4096];
@@ -181,6 +323,7 @@ int main(int argc, char **argv) {
     act.sa_handler = on_signal;
     sigaction(SIGINT, &act, NULL);
     sigaction(SIGTERM, &act, NULL);
+    sigaction(SIGHUP, &act, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     static struct client clients[MAX_CLIENTS];
@@ -208,6 +351,17 @@ int main(int argc, char **argv) {
             perror("poll");
             break;
         }
+        if (reloading && policy) {
+            reloading = 0;
+            s = sluicegate_policy_reload_from_file(policy, policy_file, strlen(policy_file), msg,
+                                                   sizeof msg);
+            if (s == SLUICEGATE_OK)
+                printf("policy reloaded from %s%s%s\n", policy_file, msg[0] ? ": " : "", msg);
+            else
+                printf("policy reload rejected (%s), the rules in force keep running:\n%s\n",
+                       sluicegate_status_str(s), msg);
+            fflush(stdout);
+        }
         /* One clock read for everything this turn decides. */
         const uint64_t now = sluicegate_now_ns();
         for (nfds_t p = 1; p < n; ++p) {
@@ -222,7 +376,8 @@ int main(int argc, char **argv) {
             c->len += (size_t)r;
             c->buf[c->len] = '\0';
             if (strstr(c->buf, "\r\n\r\n") != NULL) {
-                respond(c, table, &cfg, now);
+                if (policy) respond_policy(c, policy, decision, now);
+                else respond(c, table, &cfg, now);
                 ++served;
                 drop(c);
             } else if (c->len >= sizeof c->buf - 1) {
@@ -258,9 +413,13 @@ int main(int argc, char **argv) {
         if (clients[i].fd >= 0) drop(&clients[i]);
     close(lfd);
     sluicegate_keyed_stats st;
-    if (sluicegate_keyed_get_stats(table, &st) == SLUICEGATE_OK)
+    if (policy)
+        printf("served %lu requests under the policy; bye\n", served);
+    else if (sluicegate_keyed_get_stats(table, &st) == SLUICEGATE_OK)
         printf("served %lu requests from %llu client addresses; bye\n", served,
                (unsigned long long)(st.inserted + st.reused));
     sluicegate_keyed_free(table);
+    sluicegate_policy_decision_free(decision);
+    sluicegate_policy_free(policy);
     return 0;
 }

@@ -239,14 +239,30 @@ pub unsafe extern "C" fn sluicegate_config_parse(
 /// `out` is an array of `out_cap` configs the caller prepared (`struct_size` and
 /// `algorithm` set, as for `sluicegate_config_parse`): the library takes
 /// `out[0].struct_size` as the size of each element, and each element's own
-/// `struct_size` must equal it. More limits than `out_cap` is
-/// `SLUICEGATE_ERR_BUFFER_TOO_SMALL` (`*err` points at the first extra one). On
-/// any error `*out_count` is 0 and the contents of `out` are unspecified.
+/// `struct_size` must equal it.
+///
+/// **Counting first** (the `snprintf` convention): with `out == NULL` and
+/// `out_cap == 0` the whole string is parsed and validated, nothing is written
+/// but `*out_count`, and the result is `SLUICEGATE_OK` with the number of limits
+/// the string holds, so a caller can size its array before parsing into it:
+///
+/// ```c
+/// size_t n;
+/// if (sluicegate_config_parse_list(s, len, NULL, 0, &n, &err) == SLUICEGATE_OK)
+///     ... allocate n configs, then call again with them ...
+/// ```
+///
+/// More limits than a non-zero `out_cap` is `SLUICEGATE_ERR_BUFFER_TOO_SMALL`:
+/// `*err` points at the first extra limit and `*out_count` is the number of
+/// limits the string holds (when the rest of it parses; a later parse error is
+/// `SLUICEGATE_ERR_PARSE` instead). On every other error `*out_count` is 0. On
+/// any error the contents of `out` are unspecified. `out == NULL` with a
+/// non-zero `out_cap` is `SLUICEGATE_ERR_NULL`.
 ///
 /// # Safety
-/// `s` points to `len` readable bytes; `out` to `out_cap` prepared configs
-/// (it may be dangling when `out_cap` is 0); `out_count` is valid for a write;
-/// `err` is NULL or valid for a write.
+/// `s` points to `len` readable bytes; `out` is NULL when `out_cap` is 0, or
+/// points to `out_cap` prepared configs; `out_count` is valid for a write; `err`
+/// is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn sluicegate_config_parse_list(
     s: *const c_char,
@@ -261,16 +277,29 @@ pub unsafe extern "C" fn sluicegate_config_parse_list(
         unsafe { clear(err) };
         // SAFETY: the export's contract.
         unsafe { write(out_count, 0) }?;
-        if out.is_null() {
+        if out.is_null() && out_cap != 0 {
             return Err(SLUICEGATE_ERR_NULL);
         }
         // SAFETY: the export's contract.
         let text = unsafe { rate_str(s, len, err) }?;
         let mut stride = 0usize;
         let mut n = 0usize;
-        for item in parse_quotas(text) {
+        let mut quotas = parse_quotas(text);
+        for item in quotas.by_ref() {
             let q = item.map_err(|e| report(err, e))?;
+            if out_cap == 0 && out.is_null() {
+                // Counting only.
+                n += 1;
+                continue;
+            }
             if n >= out_cap {
+                let mut total = n + 1;
+                for rest in quotas.by_ref() {
+                    rest.map_err(|e| report(err, e))?;
+                    total += 1;
+                }
+                // SAFETY: checked non-NULL above.
+                unsafe { write(out_count, total) }?;
                 return Err(report(err, too_many(text, n)));
             }
             if n == 0 {

@@ -21,7 +21,16 @@ pub const SLUICEGATE_KEYED_MAX_CAPACITY: u64 = 1 << 28;
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum sluicegate_full_policy {
-    /// Replace the live entry closest to fresh; that key starts over (the default: 0).
+    /// Replace the live entry closest to fresh (the default: 0). The evicted
+    /// key's state is first folded into the table's eviction sketch (a small
+    /// fixed array allocated with the table, at most a quarter byte per slot),
+    /// so the key does **not** start over: when it comes back it resumes at least
+    /// as limited as it left, and a flood of new keys cannot reset anyone's
+    /// limit. The price: a new key whose sketch cells were all written by
+    /// recent, still-live evictions starts limited early (rare while the table
+    /// has room; see the stats' `evicted`). An algorithm whose states cannot be
+    /// merged into the sketch turns the new key away instead, as
+    /// `SLUICEGATE_REJECT` does (counted in `rejected`).
     SLUICEGATE_EVICT_STALEST = 0,
     /// Deny the new key until a slot frees up; tracked keys keep their limits exactly.
     SLUICEGATE_REJECT = 1,
@@ -50,9 +59,12 @@ pub struct sluicegate_keyed_stats {
     pub inserted: u64,
     /// New keys placed in a slot whose previous key had gone fresh (lossless).
     pub reused: u64,
-    /// Live entries replaced under `SLUICEGATE_EVICT_STALEST`.
+    /// Live entries replaced under `SLUICEGATE_EVICT_STALEST` (their state kept
+    /// in the eviction sketch).
     pub evicted: u64,
-    /// New keys denied under `SLUICEGATE_REJECT`.
+    /// New keys denied under `SLUICEGATE_REJECT` (or under
+    /// `SLUICEGATE_EVICT_STALEST` when the algorithm's state cannot be kept in
+    /// the sketch).
     pub rejected: u64,
     /// New keys admitted untracked under `SLUICEGATE_ALLOW_UNLIMITED`.
     pub unlimited: u64,

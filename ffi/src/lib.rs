@@ -36,6 +36,9 @@
 //!   functions either way: a program that calls them fails to link against a
 //!   library built without them.
 //! * `redis-tls` (off): `rediss://` URLs for the Redis handle (rustls and ring).
+//! * `policy` (default): the `sluicegate_policy` handle over `sluicegate-policy`
+//!   (rule files in TOML; see the `policy` module). The header declares its
+//!   functions either way.
 //!
 //! # Versioned input structs, fixed output structs
 //! `sluicegate_config` starts with `struct_size`, set by the caller to
@@ -58,6 +61,10 @@ pub mod handle;
 pub mod keyed;
 mod limit;
 pub mod limiter;
+#[cfg(feature = "policy")]
+pub mod policy;
+#[cfg(feature = "policy")]
+pub mod policy_check;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod status;
@@ -71,6 +78,13 @@ pub use keyed::{
     sluicegate_full_policy, sluicegate_keyed, sluicegate_keyed_stats, SLUICEGATE_KEYED_MAX_CAPACITY,
 };
 pub use limiter::{sluicegate_decision, sluicegate_limiter};
+#[cfg(feature = "policy")]
+pub use policy::sluicegate_policy;
+#[cfg(feature = "policy")]
+pub use policy_check::{
+    sluicegate_attr, sluicegate_policy_decision, sluicegate_policy_result, sluicegate_policy_rule,
+    SLUICEGATE_POLICY_MAX_ATTRS, SLUICEGATE_POLICY_NO_RULE,
+};
 #[cfg(feature = "redis")]
 pub use redis::{
     sluicegate_failure_policy, sluicegate_redis, sluicegate_redis_config, sluicegate_source,
@@ -86,4 +100,12 @@ const _: () = {
     thread_safe::<sluicegate_striped>();
     #[cfg(feature = "redis")]
     thread_safe::<sluicegate_redis>();
+    #[cfg(feature = "policy")]
+    thread_safe::<sluicegate_policy>();
+    // A decision buffer is used by one thread at a time, but may move between them.
+    #[cfg(feature = "policy")]
+    {
+        const fn sendable<T: Send>() {}
+        sendable::<sluicegate_policy_decision>();
+    }
 };

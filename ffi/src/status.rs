@@ -48,6 +48,9 @@ pub enum sluicegate_status {
     SLUICEGATE_ERR_NOT_UTF8 = 111,
     /// `failure_policy` is not a `sluicegate_failure_policy` value.
     SLUICEGATE_ERR_BAD_FAILURE_POLICY = 112,
+    /// More request attributes than `SLUICEGATE_POLICY_MAX_ATTRS` in one policy
+    /// check.
+    SLUICEGATE_ERR_TOO_MANY_ATTRS = 113,
     /// A field that must be positive is zero (amount, period, capacity, ...).
     SLUICEGATE_ERR_CONFIG_ZERO = 200,
     /// A value is above what the limiter's state can represent.
@@ -68,11 +71,15 @@ pub enum sluicegate_status {
     /// checked: an unreachable server is not an error (the failure policy answers).
     SLUICEGATE_ERR_BAD_URL = 206,
     /// The limit is valid for a local limiter but not on Redis, whose scripts
-    /// compute in whole microseconds below 2^52: a window that is not a whole
-    /// number of microseconds, burst × emission interval (+ max delay) or
-    /// (limit + 1) × window past 2^52 µs, or a local fallback share of the quota
-    /// that is no valid limit.
+    /// compute in whole microseconds: a window that is not a whole number of
+    /// microseconds, burst × emission interval (+ max delay) or a fixed window's
+    /// (limit + 1) × window past 2^52 µs, a sliding window or its limit past
+    /// 2^50, or a local fallback share of the quota that is no valid limit.
     SLUICEGATE_ERR_CONFIG_RESOLUTION = 207,
+    /// The policy (rule file) is invalid: the error message names the file, line,
+    /// column and rule of every error. A reload that fails this way keeps the
+    /// policy in force.
+    SLUICEGATE_ERR_POLICY = 208,
     /// The cost `n` exceeds the limiter's capacity: it can never be admitted (not
     /// a denial; the decision is filled with `allowed = false`).
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
@@ -81,13 +88,18 @@ pub enum sluicegate_status {
     /// this check failed, the other keys go on, and the circuit breaker does not
     /// count it (not an unavailable server, so no failure policy answers).
     SLUICEGATE_ERR_REDIS_DATA = 301,
-    /// Memory for a new handle could not be allocated.
+    /// Memory for a new handle could not be allocated (a keyed table's slots, a
+    /// sliding log's ring, a policy's tables), or its size overflows. Nothing
+    /// was allocated.
     SLUICEGATE_ERR_ALLOC = 900,
     /// A bug: a panic was caught at the ABI boundary. Please report it.
     SLUICEGATE_ERR_PANIC = 901,
     /// The Redis client failed in a way no failure policy answers for (not an
     /// unavailable server: that is the policy's to answer, with `SLUICEGATE_OK`).
     SLUICEGATE_ERR_SYSTEM = 902,
+    /// A file could not be read (a rule file: missing, unreadable); the error
+    /// message says which and why.
+    SLUICEGATE_ERR_IO = 903,
 }
 
 use sluicegate_status::*;
@@ -116,6 +128,9 @@ impl sluicegate_status {
             SLUICEGATE_ERR_BAD_FAILURE_POLICY => {
                 c"failure_policy is not a sluicegate_failure_policy value"
             }
+            SLUICEGATE_ERR_TOO_MANY_ATTRS => {
+                c"more request attributes than SLUICEGATE_POLICY_MAX_ATTRS"
+            }
             SLUICEGATE_ERR_CONFIG_ZERO => c"a configuration field that must be positive is zero",
             SLUICEGATE_ERR_CONFIG_TOO_LARGE => c"a configuration value is too large for this limiter",
             SLUICEGATE_ERR_CONFIG_TOO_FAST => c"the rate is faster than one unit per nanosecond",
@@ -128,6 +143,9 @@ impl sluicegate_status {
             SLUICEGATE_ERR_CONFIG_RESOLUTION => {
                 c"the limit cannot be computed exactly on Redis (whole microseconds, below 2^52)"
             }
+            SLUICEGATE_ERR_POLICY => {
+                c"the policy is invalid (the error message names the file, line, column and rule)"
+            }
             SLUICEGATE_ERR_INSUFFICIENT_CAPACITY => {
                 c"the request exceeds the limiter's capacity and can never be admitted"
             }
@@ -137,11 +155,12 @@ impl sluicegate_status {
             SLUICEGATE_ERR_ALLOC => c"out of memory",
             SLUICEGATE_ERR_PANIC => c"internal error (a caught panic): please report it",
             SLUICEGATE_ERR_SYSTEM => c"the Redis client failed in a way no failure policy covers",
+            SLUICEGATE_ERR_IO => c"a file could not be read",
         }
     }
 
     /// Every status (for `sluicegate_status_str` and tests).
-    pub(crate) const ALL: [sluicegate_status; 26] = [
+    pub(crate) const ALL: [sluicegate_status; 29] = [
         SLUICEGATE_OK,
         SLUICEGATE_ERR_NULL,
         SLUICEGATE_ERR_STRUCT_SIZE,
@@ -156,6 +175,7 @@ impl sluicegate_status {
         SLUICEGATE_ERR_BAD_STRIPES,
         SLUICEGATE_ERR_NOT_UTF8,
         SLUICEGATE_ERR_BAD_FAILURE_POLICY,
+        SLUICEGATE_ERR_TOO_MANY_ATTRS,
         SLUICEGATE_ERR_CONFIG_ZERO,
         SLUICEGATE_ERR_CONFIG_TOO_LARGE,
         SLUICEGATE_ERR_CONFIG_TOO_FAST,
@@ -164,10 +184,12 @@ impl sluicegate_status {
         SLUICEGATE_ERR_PARSE,
         SLUICEGATE_ERR_BAD_URL,
         SLUICEGATE_ERR_CONFIG_RESOLUTION,
+        SLUICEGATE_ERR_POLICY,
         SLUICEGATE_ERR_INSUFFICIENT_CAPACITY,
         SLUICEGATE_ERR_ALLOC,
         SLUICEGATE_ERR_PANIC,
         SLUICEGATE_ERR_SYSTEM,
+        SLUICEGATE_ERR_IO,
     ];
 }
 
@@ -178,6 +200,9 @@ impl From<ConfigError> for sluicegate_status {
             ConfigError::TooLarge { .. } => SLUICEGATE_ERR_CONFIG_TOO_LARGE,
             ConfigError::TooFast { .. } => SLUICEGATE_ERR_CONFIG_TOO_FAST,
             ConfigError::Immutable { .. } => SLUICEGATE_ERR_CONFIG_IMMUTABLE,
+            // A keyed table's slots or a sliding log's ring that the system
+            // would not give (or whose size overflows): memory, not a bad config.
+            ConfigError::Alloc { .. } => SLUICEGATE_ERR_ALLOC,
             _ => SLUICEGATE_ERR_CONFIG_INVALID,
         }
     }
@@ -235,5 +260,25 @@ mod tests {
         // SAFETY: the function returns a static NUL-terminated string.
         let unknown = unsafe { core::ffi::CStr::from_ptr(sluicegate_status_str(12345)) };
         assert_eq!(unknown, c"unknown status");
+    }
+
+    #[test]
+    fn allocation_failures_are_alloc_however_they_arrive() {
+        let alloc = ConfigError::Alloc { bytes: 1 << 40 };
+        assert_eq!(sluicegate_status::from(alloc), SLUICEGATE_ERR_ALLOC);
+        let nested = SpecError::Config {
+            index: 0,
+            error: alloc,
+        };
+        assert_eq!(sluicegate_status::from(nested), SLUICEGATE_ERR_ALLOC);
+        assert_eq!(
+            sluicegate_status::from(SpecError::Alloc { bytes: 1 << 40 }),
+            SLUICEGATE_ERR_ALLOC
+        );
+        // The other configuration errors keep their own codes.
+        assert_eq!(
+            sluicegate_status::from(ConfigError::Zero { field: "amount" }),
+            SLUICEGATE_ERR_CONFIG_ZERO
+        );
     }
 }

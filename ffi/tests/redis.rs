@@ -372,6 +372,10 @@ fn new_rejects_bad_input() {
             "{limit:?}"
         );
     }
+    // The sliding window's Redis script compares exactly, with no bound on the
+    // limit (issue 11): a day's window of 500,000 is a valid Redis limit.
+    let day = cfg(SLUICEGATE_SLIDING_WINDOW, 500_000, 86_400 * SEC, 0);
+    assert!(new("redis://127.0.0.1", "n", &day, None).is_ok());
     // Every algorithm Redis has.
     for alg in [
         SLUICEGATE_TOKEN_BUCKET,

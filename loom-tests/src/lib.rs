@@ -93,6 +93,28 @@ pub enum Op {
     SetQuota(Quota),
 }
 
+impl Op {
+    /// A check of `n` units at `now`.
+    ///
+    /// ```
+    /// # use sluicegate_loom_tests::Op;
+    /// assert_eq!(Op::check(2, 5), Op::Check { n: 2, now: 5 });
+    /// ```
+    pub const fn check(n: u64, now: u64) -> Op {
+        Op::Check { n, now }
+    }
+
+    /// A peek at `n` units at `now`.
+    ///
+    /// ```
+    /// # use sluicegate_loom_tests::Op;
+    /// assert_eq!(Op::peek(2, 5), Op::Peek { n: 2, now: 5 });
+    /// ```
+    pub const fn peek(n: u64, now: u64) -> Op {
+        Op::Peek { n, now }
+    }
+}
+
 /// What a call answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
@@ -210,6 +232,53 @@ impl<A: Algorithm> Reference<A> {
     }
 }
 
+/// Asserts that some order of `histories` (see [`linearizations`]), replayed from
+/// `before` by `step`, gives every answer and ends in a state that `is_final`
+/// accepts: the real object's end, described by `end` in the failure message.
+/// A model with its own reference (its own `Op` and `Answer`) checks its race with
+/// this; [`assert_linearizable`] is this for a [`Limiter`].
+///
+/// # Panics
+/// When no order gives the answers (over-admission, a denial that mutated) or
+/// none ends where the real object did (a lost update): the model failed.
+///
+/// ```
+/// use sluicegate_loom_tests::assert_some_order_ends;
+/// // Two tickets taken from a counter that ends at 2.
+/// let histories = vec![vec![((), 1u32)], vec![((), 0u32)]];
+/// let take = |s: &mut u32, _: &()| {
+///     *s += 1;
+///     *s - 1
+/// };
+/// assert_some_order_ends(&0u32, &histories, take, |s| *s == 2, &2);
+/// let lost = std::panic::catch_unwind(|| {
+///     assert_some_order_ends(&0u32, &histories, take, |s| *s == 1, &1)
+/// });
+/// assert!(lost.is_err());
+/// ```
+pub fn assert_some_order_ends<S, O, R>(
+    before: &S,
+    histories: &[Vec<(O, R)>],
+    step: impl Fn(&mut S, &O) -> R,
+    is_final: impl Fn(&S) -> bool,
+    end: &dyn core::fmt::Debug,
+) where
+    S: Clone + core::fmt::Debug,
+    O: core::fmt::Debug,
+    R: PartialEq + core::fmt::Debug,
+{
+    let ends = linearizations(before, histories, step);
+    assert!(
+        !ends.is_empty(),
+        "no sequential order gives these answers: {histories:#?}"
+    );
+    assert!(
+        ends.iter().any(is_final),
+        "lost update: the real end {end:?} is none of the sequential orders' ends \
+         {ends:#?} ({histories:#?})"
+    );
+}
+
 /// Asserts that the raced `histories` are linearizable from `before` and that the
 /// limiter ended where one such order ends. Returns how many units were admitted.
 ///
@@ -220,17 +289,13 @@ pub fn assert_linearizable<A: Algorithm, C>(
     histories: &[Vec<(Op, Answer)>],
     limiter: &Limiter<A, C>,
 ) -> u64 {
-    let ends = linearizations(before, histories, |s: &mut Reference<A>, op: &Op| {
-        s.step(op)
-    });
-    assert!(
-        !ends.is_empty(),
-        "no sequential order gives these answers: {histories:#?}"
-    );
     let after = Reference::<A>::of(limiter);
-    assert!(
-        ends.contains(&after),
-        "lost update: final state {after:?}, sequential orders end in {ends:?} ({histories:#?})"
+    assert_some_order_ends(
+        before,
+        histories,
+        |s: &mut Reference<A>, op: &Op| s.step(op),
+        |end| *end == after,
+        &after,
     );
     admitted_units(histories)
 }
@@ -257,16 +322,106 @@ pub fn admitted_units(histories: &[Vec<(Op, Answer)>]) -> u64 {
 #[cfg(loom)]
 pub fn race<A, C>(
     limiter: &loom::sync::Arc<Limiter<A, C>>,
-    threads: Vec<Vec<Op>>,
+    threads: &[&[Op]],
 ) -> Vec<Vec<(Op, Answer)>>
 where
     A: Algorithm + 'static,
     C: Send + Sync + 'static,
 {
     let limiter = limiter.clone();
+    let threads = threads.iter().map(|ops| ops.to_vec()).collect();
     spawn_all(threads, move |ops: Vec<Op>| {
         ops.into_iter().map(|op| (op, call(&limiter, op))).collect()
     })
+}
+
+/// Puts a limiter (or table) just built behind a loom `Arc` for racing threads.
+///
+/// # Panics
+/// When building failed: a broken model, not a result.
+#[cfg(loom)]
+pub fn shared<T, E: core::fmt::Display>(built: Result<T, E>) -> loom::sync::Arc<T> {
+    match built {
+        Ok(t) => loom::sync::Arc::new(t),
+        Err(e) => panic!("a model built an invalid limiter: {e}"),
+    }
+}
+
+/// [`shared`], with `n` units already spent at `at` (a single-threaded prelude:
+/// the model races what comes after).
+///
+/// # Panics
+/// When building failed or the limiter refused those units: a broken model.
+#[cfg(loom)]
+pub fn shared_spent<A: Algorithm, C>(
+    built: Result<Limiter<A, C>, ConfigError>,
+    n: u64,
+    at: u64,
+) -> loom::sync::Arc<Limiter<A, C>> {
+    let limiter = shared(built);
+    assert!(
+        limiter.check_n_at(n, at).is_ok_and(|d| d.allowed),
+        "a model's prelude could not spend {n} at {at}"
+    );
+    limiter
+}
+
+/// Runs `run` on its own loom thread with a handle on `shared`; [`join`] it.
+#[cfg(loom)]
+pub fn spawn_on<T, R>(
+    shared: &loom::sync::Arc<T>,
+    run: impl FnOnce(&T) -> R + Send + 'static,
+) -> loom::thread::JoinHandle<R>
+where
+    T: Send + Sync + 'static,
+    R: Send + 'static,
+{
+    let shared = shared.clone();
+    loom::thread::spawn(move || run(&shared))
+}
+
+/// Joins a loom thread, resuming its panic here.
+#[cfg(loom)]
+pub fn join<R>(handle: loom::thread::JoinHandle<R>) -> R {
+    match handle.join() {
+        Ok(r) => r,
+        Err(e) => std::panic::resume_unwind(e),
+    }
+}
+
+/// [`race`]s `threads` on `limiter` and asserts, with [`assert_linearizable`],
+/// that the answers and the final word are those of some sequential order from the
+/// state before the race. Returns the histories and the units admitted.
+#[cfg(loom)]
+pub fn race_linearizable<A, C>(
+    limiter: &loom::sync::Arc<Limiter<A, C>>,
+    threads: &[&[Op]],
+) -> (Vec<Vec<(Op, Answer)>>, u64)
+where
+    A: Algorithm + 'static,
+    C: Send + Sync + 'static,
+{
+    let before = Reference::of(&**limiter);
+    let histories = race(limiter, threads);
+    let admitted = assert_linearizable(&before, &histories, limiter);
+    (histories, admitted)
+}
+
+/// Races `threads` on a `limiter` that has no room for any of their checks:
+/// linearizable, nothing admitted, and the state word exactly as before (a
+/// denial that wrote would still pass the answers but not this).
+#[cfg(loom)]
+pub fn assert_denials_change_nothing<A, C>(
+    limiter: &loom::sync::Arc<Limiter<A, C>>,
+    threads: &[&[Op]],
+) where
+    A: Algorithm + 'static,
+    C: Send + Sync + 'static,
+{
+    let full = limiter.state_word();
+    let (_, admitted) = race_linearizable(limiter, threads);
+    assert_eq!(admitted, 0);
+    assert_eq!(limiter.state_word(), full);
 }
 
 /// Runs `run` on each of `inputs`, each on its own loom thread, and returns the
@@ -285,13 +440,7 @@ where
             loom::thread::spawn(move || run(input))
         })
         .collect();
-    handles
-        .into_iter()
-        .map(|h| match h.join() {
-            Ok(r) => r,
-            Err(e) => std::panic::resume_unwind(e),
-        })
-        .collect()
+    handles.into_iter().map(join).collect()
 }
 
 // Outside `loom::model` loom's atomics panic, so the checker's own tests run in a

@@ -9,7 +9,7 @@ use loom::sync::Arc;
 use sluicegate::{
     Algorithm, Compound, Decision, Fixed, Gcra, InsufficientCapacity, Quota, Sliding,
 };
-use sluicegate_loom_tests::spawn_all;
+use sluicegate_loom_tests::{shared, spawn_all};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 11 * SEC + SEC / 3;
@@ -20,10 +20,7 @@ type Answer = Result<Decision, InsufficientCapacity>;
 type Call = (u64, bool);
 
 fn compound<A: Algorithm>(quotas: [Quota; 2]) -> Arc<Compound<A, 2, ()>> {
-    match Compound::with_clock(quotas, ()) {
-        Ok(c) => Arc::new(c),
-        Err(e) => panic!("{e}"),
-    }
+    shared(Compound::with_clock(quotas, ()))
 }
 
 fn run<A: Algorithm>(c: &Compound<A, 2, ()>, calls: Vec<Call>) -> Vec<(Call, Answer)> {
@@ -97,29 +94,35 @@ fn both_left<A: Algorithm>(
 
 const ONE: Call = (1, true);
 
-#[test]
-fn three_callers_share_a_burst_of_two() {
-    loom::model(|| {
-        let quotas = [Quota::per_second(2), Quota::per_minute(3)];
-        let c = compound::<Gcra>(quotas);
-        let admitted = race(&c, vec![vec![ONE], vec![ONE], vec![ONE]]);
-        assert_eq!(admitted.iter().sum::<u64>(), 2);
-        assert_eq!(both_left(&c, quotas, wide_bucket), [0, 1]);
+/// Three callers race for one unit each on a fresh compound of `quotas`: `admitted`
+/// units in all, and the limits end with `left` (measured by widening with `wide`).
+fn three_callers_of_one<A: Algorithm + 'static>(
+    quotas: [Quota; 2],
+    wide: fn(Quota) -> Quota,
+    admitted: u64,
+    left: [u64; 2],
+) {
+    loom::model(move || {
+        let c = compound::<A>(quotas);
+        let got = race(&c, vec![vec![ONE], vec![ONE], vec![ONE]]);
+        assert_eq!(got.iter().sum::<u64>(), admitted);
+        assert_eq!(both_left(&c, quotas, wide), left);
     });
 }
 
 #[test]
+fn three_callers_share_a_burst_of_two() {
+    let quotas = [Quota::per_second(2), Quota::per_minute(3)];
+    three_callers_of_one::<Gcra>(quotas, wide_bucket, 2, [0, 1]);
+}
+
+#[test]
 fn a_denial_by_the_second_limit_gives_the_first_back() {
-    loom::model(|| {
-        // The per-minute limit admits one; a caller that charged the per-second
-        // limit and then lost the race for it must give its charge back, exactly
-        // (nothing else moved) or past the other callers' charges.
-        let quotas = [Quota::per_second(3), Quota::per_minute(1)];
-        let c = compound::<Gcra>(quotas);
-        let admitted = race(&c, vec![vec![ONE], vec![ONE], vec![ONE]]);
-        assert_eq!(admitted.iter().sum::<u64>(), 1);
-        assert_eq!(both_left(&c, quotas, wide_bucket), [2, 0]);
-    });
+    // The per-minute limit admits one; a caller that charged the per-second
+    // limit and then lost the race for it must give its charge back, exactly
+    // (nothing else moved) or past the other callers' charges.
+    let quotas = [Quota::per_second(3), Quota::per_minute(1)];
+    three_callers_of_one::<Gcra>(quotas, wide_bucket, 1, [2, 0]);
 }
 
 #[test]
@@ -154,22 +157,12 @@ fn a_denial_charges_nothing() {
 
 #[test]
 fn fixed_windows_give_back_exactly() {
-    loom::model(|| {
-        let quotas = [Quota::per_second(2), Quota::per_minute(1)];
-        let c = compound::<Fixed>(quotas);
-        let admitted = race(&c, vec![vec![ONE], vec![ONE], vec![ONE]]);
-        assert_eq!(admitted.iter().sum::<u64>(), 1);
-        assert_eq!(both_left(&c, quotas, wide_window), [1, 0]);
-    });
+    let quotas = [Quota::per_second(2), Quota::per_minute(1)];
+    three_callers_of_one::<Fixed>(quotas, wide_window, 1, [1, 0]);
 }
 
 #[test]
 fn sliding_windows_give_back_exactly() {
-    loom::model(|| {
-        let quotas = [Quota::per_second(2), Quota::per_minute(1)];
-        let c = compound::<Sliding>(quotas);
-        let admitted = race(&c, vec![vec![ONE], vec![ONE], vec![ONE]]);
-        assert_eq!(admitted.iter().sum::<u64>(), 1);
-        assert_eq!(both_left(&c, quotas, wide_window), [1, 0]);
-    });
+    let quotas = [Quota::per_second(2), Quota::per_minute(1)];
+    three_callers_of_one::<Sliding>(quotas, wide_window, 1, [1, 0]);
 }

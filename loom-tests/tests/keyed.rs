@@ -5,9 +5,9 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
-use loom::thread;
 use sluicegate::keyed::{FullPolicy, Group, Keyed};
 use sluicegate::{Gcra, Quota};
+use sluicegate_loom_tests::{shared, spawn_all};
 
 type Table = Keyed<Gcra, (), Box<[Group]>, foldhash::fast::FixedState>;
 
@@ -15,26 +15,32 @@ const SEC: u64 = 1_000_000_000;
 
 fn table(quota: Quota, policy: FullPolicy) -> Arc<Table> {
     let hasher = foldhash::fast::FixedState::with_seed(11);
-    match Keyed::with_capacity_and_hasher(quota, 2, hasher, ()) {
-        Ok(t) => Arc::new(t.with_policy(policy)),
-        Err(e) => panic!("{e}"),
-    }
+    shared(Keyed::with_capacity_and_hasher(quota, 2, hasher, ()).map(|t| t.with_policy(policy)))
 }
 
-fn run<T: Send + 'static>(fs: Vec<Box<dyn FnOnce() -> T + Send>>) -> Vec<T> {
-    let handles: Vec<_> = fs.into_iter().map(thread::spawn).collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+/// [`table`] with the two slots taken: `spent` units of key 1 and of key 2, at 0.
+fn full_table(quota: Quota, policy: FullPolicy, spent: [u64; 2]) -> Arc<Table> {
+    let t = table(quota, policy);
+    for (key, n) in [(1u64, spent[0]), (2u64, spent[1])] {
+        assert!(t.check_n_at(&key, n, 0).is_ok_and(|d| d.allowed));
+    }
+    t
+}
+
+/// Races `checks` (key, cost), each on its own thread, all at `now`; returns
+/// whether each was admitted, in order.
+fn race(t: &Arc<Table>, now: u64, checks: Vec<(u64, u64)>) -> Vec<bool> {
+    let t = t.clone();
+    spawn_all(checks, move |(key, n)| {
+        t.check_n_at(&key, n, now).is_ok_and(|d| d.allowed)
+    })
 }
 
 #[test]
 fn first_requests_of_one_key_share_one_slot() {
     loom::model(|| {
         let t = table(Quota::per_minute(1), FullPolicy::Reject);
-        let (a, b) = (t.clone(), t.clone());
-        let got = run(vec![
-            Box::new(move || a.check_at(&7u64, 0).allowed),
-            Box::new(move || b.check_at(&7u64, 0).allowed),
-        ]);
+        let got = race(&t, 0, vec![(7, 1), (7, 1)]);
         // One token: exactly one of the two racing first requests wins...
         assert_eq!(got.iter().filter(|x| **x).count(), 1);
         // ...and the key is in exactly one slot.
@@ -48,11 +54,7 @@ fn first_requests_of_one_key_share_one_slot() {
 fn two_new_keys_claim_two_slots() {
     loom::model(|| {
         let t = table(Quota::per_minute(1), FullPolicy::Reject);
-        let (a, b) = (t.clone(), t.clone());
-        let got = run(vec![
-            Box::new(move || a.check_at(&1u64, 0).allowed),
-            Box::new(move || b.check_at(&2u64, 0).allowed),
-        ]);
+        let got = race(&t, 0, vec![(1, 1), (2, 1)]);
         assert_eq!(got, [true, true]);
         assert_eq!(t.len_at(0), 2);
         assert!(!t.check_at(&1u64, 0).allowed);
@@ -66,15 +68,9 @@ fn reuse_of_an_idle_slot_races_a_check_of_its_old_key() {
         // Burst 2 per minute. Key 1 took a token at 0 and is full again at 30 s;
         // key 2 took both and still owes 20 s at 40 s. At 40 s key 1's slot is
         // fresh and key 2's is live.
-        let t = table(Quota::per_minute(2), FullPolicy::Reject);
-        assert!(t.check_at(&1u64, 0).allowed);
-        assert!(t.check_n_at(&2u64, 2, 0).is_ok_and(|d| d.allowed));
+        let t = full_table(Quota::per_minute(2), FullPolicy::Reject, [1, 2]);
         let now = 40 * SEC;
-        let (a, b) = (t.clone(), t.clone());
-        let got = run(vec![
-            Box::new(move || a.check_n_at(&1u64, 2, now).is_ok_and(|d| d.allowed)),
-            Box::new(move || b.check_n_at(&3u64, 2, now).is_ok_and(|d| d.allowed)),
-        ]);
+        let got = race(&t, now, vec![(1, 2), (3, 2)]);
         // Only one of keys 1 and 3 fits in the one reusable slot; the table is
         // full of live state after that, and Reject turns the other away.
         assert_eq!(got.iter().filter(|x| **x).count(), 1);
@@ -94,15 +90,9 @@ fn reuse_of_an_idle_slot_races_a_check_of_its_old_key() {
 fn eviction_races_a_check_of_the_evicted_key() {
     loom::model(|| {
         // Key 1 holds 10 s of debt (stalest), key 2 holds 60 s: the table is full.
-        let t = table(Quota::per_minute(6), FullPolicy::EvictStalest);
-        assert!(t.check_at(&1u64, 0).allowed);
-        assert!(t.check_n_at(&2u64, 6, 0).is_ok_and(|d| d.allowed));
+        let t = full_table(Quota::per_minute(6), FullPolicy::EvictStalest, [1, 6]);
         let now = SEC;
-        let (a, b) = (t.clone(), t.clone());
-        let got = run(vec![
-            Box::new(move || a.check_at(&1u64, now).allowed),
-            Box::new(move || b.check_n_at(&3u64, 6, now).is_ok_and(|d| d.allowed)),
-        ]);
+        let got = race(&t, now, vec![(1, 1), (3, 6)]);
         assert!(got[1], "the new key is always placed under EvictStalest");
         // Never more keys than slots; key 3 is tracked with its whole charge.
         assert_eq!(t.len_at(now), 2);
@@ -125,14 +115,8 @@ fn an_evicted_key_resumes_its_state_whatever_the_interleaving() {
         // slots) is full, and key 1 is the stalest. A new key evicts it while
         // key 1 takes its last token: in every interleaving key 1 gets exactly
         // that one token back, never a fresh bucket (issue 11).
-        let t = table(Quota::per_minute(6), FullPolicy::EvictStalest);
-        assert!(t.check_n_at(&1u64, 5, 0).is_ok_and(|d| d.allowed));
-        assert!(t.check_n_at(&2u64, 6, 0).is_ok_and(|d| d.allowed));
-        let (a, b) = (t.clone(), t.clone());
-        let got = run(vec![
-            Box::new(move || a.check_at(&1u64, 0).allowed),
-            Box::new(move || b.check_at(&3u64, 0).allowed),
-        ]);
+        let t = full_table(Quota::per_minute(6), FullPolicy::EvictStalest, [5, 6]);
+        let got = race(&t, 0, vec![(1, 1), (3, 1)]);
         assert_eq!(got, [true, true]);
         // Six tokens spent: evicted before, during or after its check, key 1 is empty.
         assert!(!t.check_at(&1u64, 0).allowed);

@@ -2,31 +2,22 @@
 //! overflow it, none is lost, and a pour that does not fit spills nothing.
 #![cfg(loom)]
 
-use loom::sync::Arc;
 use sluicegate::{LeakyBucket, Quota};
-use sluicegate_loom_tests::{assert_linearizable, race, Op, Reference};
+use sluicegate_loom_tests::{race_linearizable, shared, shared_spent, Op};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 7 * SEC;
 
-fn bucket(quota: Quota) -> Arc<LeakyBucket<()>> {
-    match LeakyBucket::with_clock(quota, ()) {
-        Ok(lb) => Arc::new(lb),
-        Err(e) => panic!("{e}"),
-    }
-}
-
 fn pour(n: u64) -> Op {
-    Op::Check { n, now: NOW }
+    Op::check(n, NOW)
 }
 
 #[test]
 fn three_pours_into_room_for_two() {
     loom::model(|| {
-        let lb = bucket(Quota::per_second(2));
-        let before = Reference::of(&*lb);
-        let h = race(&lb, vec![vec![pour(1)], vec![pour(1)], vec![pour(1)]]);
-        assert_eq!(assert_linearizable(&before, &h, &*lb), 2);
+        let lb = shared(LeakyBucket::with_clock(Quota::per_second(2), ()));
+        let (_, admitted) = race_linearizable(&lb, &[&[pour(1)], &[pour(1)], &[pour(1)]]);
+        assert_eq!(admitted, 2);
         assert_eq!(lb.level_at(NOW), 2);
     });
 }
@@ -35,14 +26,12 @@ fn three_pours_into_room_for_two() {
 fn an_overflowing_pour_spills_nothing() {
     loom::model(|| {
         // Capacity 3, level 2: a pour of 2 never fits, a pour of 1 always does.
-        let lb = bucket(Quota::per_second(3));
-        assert!(lb.check_n_at(2, NOW).is_ok_and(|d| d.allowed));
-        let before = Reference::of(&*lb);
-        let h = race(&lb, vec![vec![pour(2)], vec![pour(1), pour(1)]]);
+        let lb = shared_spent(LeakyBucket::with_clock(Quota::per_second(3), ()), 2, NOW);
+        let (h, admitted) = race_linearizable(&lb, &[&[pour(2)], &[pour(1), pour(1)]]);
         assert!(!h[0][0].1.admitted());
         assert!(h[1][0].1.admitted());
         assert!(!h[1][1].1.admitted());
-        assert_eq!(assert_linearizable(&before, &h, &*lb), 1);
+        assert_eq!(admitted, 1);
         assert_eq!(lb.level_at(NOW), 3);
     });
 }

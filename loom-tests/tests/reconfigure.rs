@@ -7,49 +7,44 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
-use sluicegate::{
-    Algorithm, FixedWindow, Gcra, GcraParams, Limiter, Quota, SlidingWindow, TokenBucket,
-};
-use sluicegate_loom_tests::{assert_linearizable, race, Op, Reference};
+use sluicegate::{Algorithm, FixedWindow, Gcra, GcraParams, Quota, SlidingWindow, TokenBucket};
+use sluicegate_loom_tests::{join, race_linearizable, shared, shared_spent, spawn_on, Op};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 17 * SEC;
 
-fn shared<A: Algorithm, C>(
-    l: Result<Limiter<A, C>, sluicegate::ConfigError>,
-) -> Arc<Limiter<A, C>> {
-    match l {
-        Ok(l) => Arc::new(l),
-        Err(e) => panic!("{e}"),
-    }
-}
-
 fn one(now: u64) -> Op {
-    Op::Check { n: 1, now }
+    Op::check(1, now)
 }
 
-fn params(q: &Quota) -> GcraParams {
-    match Gcra::params(q) {
+/// A bucket under the first of three quotas that differ in every parameter word,
+/// the quotas, and their parameters (to tell a whole set from a torn one).
+fn bucket_of_three_quotas() -> (Arc<TokenBucket<()>>, [Quota; 3], [GcraParams; 3]) {
+    let q = [
+        Quota::per_second(2),
+        Quota::per_second(4).burst(1),
+        Quota::per_second(1).burst(3),
+    ];
+    let p = q.map(|q| match Gcra::params(&q) {
         Ok(p) => p,
         Err(e) => panic!("{e}"),
-    }
+    });
+    (shared(TokenBucket::with_clock(q[0], ())), q, p)
 }
 
 #[test]
 fn a_bigger_burst_races_checks_on_a_full_bucket() {
     loom::model(|| {
-        let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
-        assert!(tb.check_n_at(2, NOW).is_ok_and(|d| d.allowed));
-        let before = Reference::of(&*tb);
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 2, NOW);
         // Under burst 2 the bucket is empty; under burst 3 it has one token.
-        let h = race(
+        let (_, admitted) = race_linearizable(
             &tb,
-            vec![
-                vec![one(NOW), one(NOW)],
-                vec![Op::SetQuota(Quota::per_second(2).burst(3))],
+            &[
+                &[one(NOW), one(NOW)],
+                &[Op::SetQuota(Quota::per_second(2).burst(3))],
             ],
         );
-        assert!(assert_linearizable(&before, &h, &*tb) <= 1);
+        assert!(admitted <= 1);
     });
 }
 
@@ -58,63 +53,41 @@ fn a_new_rate_races_a_check() {
     loom::model(|| {
         // Every parameter word changes: T 500 → 250 ms, tolerance 1 s → 250 ms,
         // burst 2 → 1. A check that mixed them would match neither quota.
-        let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
-        assert!(tb.check_at(NOW).allowed);
-        let before = Reference::of(&*tb);
-        let h = race(
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 1, NOW);
+        race_linearizable(
             &tb,
-            vec![
-                vec![
-                    one(NOW + SEC / 10),
-                    Op::Peek {
-                        n: 1,
-                        now: NOW + SEC / 5,
-                    },
-                ],
-                vec![Op::SetQuota(Quota::per_second(4).burst(1))],
+            &[
+                &[one(NOW + SEC / 10), Op::peek(1, NOW + SEC / 5)],
+                &[Op::SetQuota(Quota::per_second(4).burst(1))],
             ],
         );
-        assert_linearizable(&before, &h, &*tb);
     });
 }
 
 #[test]
 fn config_reads_are_never_torn() {
     loom::model(|| {
-        let q = [
-            Quota::per_second(2),
-            Quota::per_second(4).burst(1),
-            Quota::per_second(1).burst(3),
-        ];
-        let p = q.map(|q| params(&q));
-        let tb = shared(TokenBucket::with_clock(q[0], ()));
-        let writer = {
-            let tb = tb.clone();
-            loom::thread::spawn(move || {
-                for q in &q[1..] {
-                    assert_eq!(tb.set_quota(q), Ok(()));
-                }
-            })
-        };
-        let reader = {
-            let tb = tb.clone();
-            loom::thread::spawn(move || {
-                // Whole parameter sets, in the order they were written.
-                let seen: Vec<usize> = (0..2)
-                    .map(|_| {
-                        let r = tb.params();
-                        match p.iter().position(|x| *x == r) {
-                            Some(i) => i,
-                            None => panic!("torn parameters {r:?}, written {p:?}"),
-                        }
-                    })
-                    .collect();
-                assert!(seen[0] <= seen[1], "went back: {seen:?}");
-            })
-        };
-        for t in [writer, reader] {
-            t.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-        }
+        let (tb, q, p) = bucket_of_three_quotas();
+        let writer = spawn_on(&tb, move |tb| {
+            for q in &q[1..] {
+                assert_eq!(tb.set_quota(q), Ok(()));
+            }
+        });
+        let reader = spawn_on(&tb, move |tb| {
+            // Whole parameter sets, in the order they were written.
+            let seen: Vec<usize> = (0..2)
+                .map(|_| {
+                    let r = tb.params();
+                    match p.iter().position(|x| *x == r) {
+                        Some(i) => i,
+                        None => panic!("torn parameters {r:?}, written {p:?}"),
+                    }
+                })
+                .collect();
+            assert!(seen[0] <= seen[1], "went back: {seen:?}");
+        });
+        join(writer);
+        join(reader);
         assert_eq!(tb.params(), p[2]);
     });
 }
@@ -122,23 +95,10 @@ fn config_reads_are_never_torn() {
 #[test]
 fn two_writers_never_interleave() {
     loom::model(|| {
-        let q = [
-            Quota::per_second(2),
-            Quota::per_second(4).burst(1),
-            Quota::per_second(1).burst(3),
-        ];
-        let p = q.map(|q| params(&q));
-        let tb = shared(TokenBucket::with_clock(q[0], ()));
-        let other = {
-            let tb = tb.clone();
-            loom::thread::spawn(move || {
-                assert_eq!(tb.set_quota(&q[1]), Ok(()));
-            })
-        };
+        let (tb, q, p) = bucket_of_three_quotas();
+        let other = spawn_on(&tb, move |tb| assert_eq!(tb.set_quota(&q[1]), Ok(())));
         assert_eq!(tb.set_quota(&q[2]), Ok(()));
-        other
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        join(other);
         // The last writer's set, whole.
         let r = tb.params();
         assert!(r == p[1] || r == p[2], "torn parameters {r:?}");
@@ -148,37 +108,33 @@ fn two_writers_never_interleave() {
 #[test]
 fn a_higher_window_limit_races_checks() {
     loom::model(|| {
-        let w = shared(FixedWindow::with_clock(Quota::per_second(1), ()));
-        assert!(w.check_at(NOW).allowed);
-        let before = Reference::of(&*w);
-        let h = race(
+        let w = shared_spent(FixedWindow::with_clock(Quota::per_second(1), ()), 1, NOW);
+        let (_, admitted) = race_linearizable(
             &w,
-            vec![
-                vec![one(NOW), one(NOW)],
-                vec![Op::SetQuota(Quota::per_second(2))],
-            ],
+            &[&[one(NOW), one(NOW)], &[Op::SetQuota(Quota::per_second(2))]],
         );
-        assert!(assert_linearizable(&before, &h, &*w) <= 1);
+        assert!(admitted <= 1);
     });
 }
 
 #[test]
 fn a_lower_sliding_limit_races_checks() {
     loom::model(|| {
-        let w = shared(SlidingWindow::with_clock(Quota::per_second(4), ()));
-        assert!(w.check_n_at(2, NOW - SEC / 2).is_ok_and(|d| d.allowed));
-        let before = Reference::of(&*w);
+        let w = shared_spent(
+            SlidingWindow::with_clock(Quota::per_second(4), ()),
+            2,
+            NOW - SEC / 2,
+        );
         // A change of window is refused (the layout depends on it) and changes nothing.
-        let h = race(
+        race_linearizable(
             &w,
-            vec![
-                vec![one(NOW), Op::Check { n: 2, now: NOW }],
-                vec![
+            &[
+                &[one(NOW), Op::check(2, NOW)],
+                &[
                     Op::SetQuota(Quota::per_second(2)),
                     Op::SetQuota(Quota::per_minute(2)),
                 ],
             ],
         );
-        assert_linearizable(&before, &h, &*w);
     });
 }

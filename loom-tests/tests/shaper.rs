@@ -9,7 +9,7 @@ use sluicegate::{
     Algorithm, ConfigError, Decision, InsufficientCapacity, Quota, Reservation, Shaper,
     ShaperParams, Shaping,
 };
-use sluicegate_loom_tests::{linearizations, spawn_all};
+use sluicegate_loom_tests::{assert_some_order_ends, shared, spawn_all};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 3 * SEC;
@@ -22,10 +22,11 @@ const SLOTS: usize = 4;
 const SHARED: usize = SLOTS - 1;
 
 fn shaper(max_delay_ns: u64) -> Arc<Shaper<()>> {
-    match Shaper::with_clock(Quota::per_second(10).burst(1), max_delay_ns, ()) {
-        Ok(s) => Arc::new(s),
-        Err(e) => panic!("{e}"),
-    }
+    shared(Shaper::with_clock(
+        Quota::per_second(10).burst(1),
+        max_delay_ns,
+        (),
+    ))
 }
 
 /// A call; `slot` names the reservation it makes or cancels.
@@ -145,15 +146,13 @@ fn race(
     };
     let (sh, shared2) = (s.clone(), shared.clone());
     let h = spawn_all(threads, move |ops| run(&sh, &shared2, ops));
-    let ends = linearizations(&before, &h, |m: &mut Model, op: &Op| m.step(op));
-    assert!(
-        !ends.is_empty(),
-        "no sequential order gives these answers: {h:#?}"
-    );
     let (params, w) = (s.params(), word(s));
-    assert!(
-        ends.iter().any(|m| m.params == params && m.word == w),
-        "final schedule {w} under {params:?}; sequential orders end in {ends:#?} ({h:#?})"
+    assert_some_order_ends(
+        &before,
+        &h,
+        |m: &mut Model, op: &Op| m.step(op),
+        |m| m.params == params && m.word == w,
+        &format_args!("schedule {w} under {params:?}"),
     );
     h
 }
@@ -166,7 +165,14 @@ fn reserve(slot: usize) -> Op {
     }
 }
 
-fn delays(h: &[Vec<(Op, Answer)>]) -> Vec<u64> {
+/// Three threads reserve one unit each at `NOW` on `s`; returns the delays of
+/// the granted reservations, sorted.
+fn three_reservations(s: &Arc<Shaper<()>>) -> Vec<u64> {
+    let h = race(
+        s,
+        None,
+        vec![vec![reserve(0)], vec![reserve(1)], vec![reserve(2)]],
+    );
     let mut d: Vec<u64> = h
         .iter()
         .flatten()
@@ -183,12 +189,7 @@ fn delays(h: &[Vec<(Op, Answer)>]) -> Vec<u64> {
 fn racing_reservations_are_spaced_by_t() {
     loom::model(|| {
         let s = shaper(SEC);
-        let h = race(
-            &s,
-            None,
-            vec![vec![reserve(0)], vec![reserve(1)], vec![reserve(2)]],
-        );
-        assert_eq!(delays(&h), [0, T, 2 * T]);
+        assert_eq!(three_reservations(&s), [0, T, 2 * T]);
         assert_eq!(word(&s), NOW + 3 * T);
     });
 }
@@ -196,13 +197,7 @@ fn racing_reservations_are_spaced_by_t() {
 #[test]
 fn the_max_delay_caps_the_queue() {
     loom::model(|| {
-        let s = shaper(T);
-        let h = race(
-            &s,
-            None,
-            vec![vec![reserve(0)], vec![reserve(1)], vec![reserve(2)]],
-        );
-        assert_eq!(delays(&h), [0, T]);
+        assert_eq!(three_reservations(&shaper(T)), [0, T]);
     });
 }
 

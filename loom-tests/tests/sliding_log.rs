@@ -12,17 +12,10 @@
 
 use loom::sync::Arc;
 use sluicegate::{ConfigError, InsufficientCapacity, Quota, SlidingLog};
-use sluicegate_loom_tests::{linearizations, spawn_all};
+use sluicegate_loom_tests::{assert_some_order_ends, shared, spawn_all, Op};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 13 * SEC;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Op {
-    Check { n: u64, now: u64 },
-    Peek { n: u64, now: u64 },
-    SetQuota(Quota),
-}
 
 /// Allowed, remaining and limit: what an exact count decides.
 type Counted = (bool, u64, u64);
@@ -92,7 +85,7 @@ impl Log {
     /// Cost-1 peeks at a few instants after the race: a fingerprint of the log.
     fn probe(&self) -> Vec<Answer> {
         probes()
-            .map(|now| self.clone().step(&Op::Peek { n: 1, now }))
+            .map(|now| self.clone().step(&Op::peek(1, now)))
             .collect()
     }
 }
@@ -121,34 +114,36 @@ fn race(log: &Arc<SlidingLog<()>>, before: &Log, threads: Vec<Vec<Op>>) -> Vec<V
     }
     let shared = log.clone();
     let h = spawn_all(threads, move |ops| run(&shared, ops));
-    let ends = linearizations(before, &h, |l: &mut Log, op: &Op| l.step(op));
-    assert!(
-        !ends.is_empty(),
-        "no sequential order gives these answers: {h:#?}"
-    );
-    let probe: Vec<Answer> = probes()
-        .map(|now| call(log, Op::Peek { n: 1, now }))
-        .collect();
-    assert!(
-        ends.iter().any(|l| l.probe() == probe),
-        "final log answers {probe:?}; sequential orders end in {ends:#?} ({h:#?})"
+    let probe: Vec<Answer> = probes().map(|now| call(log, Op::peek(1, now))).collect();
+    assert_some_order_ends(
+        before,
+        &h,
+        |l: &mut Log, op: &Op| l.step(op),
+        |l| l.probe() == probe,
+        &format_args!("log answering {probe:?}"),
     );
     h
 }
 
 fn log(quota: Quota, capacity: u64) -> (Arc<SlidingLog<()>>, Log) {
-    match SlidingLog::with_capacity(quota, capacity, ()) {
-        Ok(l) => (
-            Arc::new(l),
-            Log {
-                limit: quota.amount(),
-                window: quota.period_ns(),
-                capacity,
-                stamps: Vec::new(),
-            },
-        ),
-        Err(e) => panic!("{e}"),
-    }
+    let model = Log {
+        limit: quota.amount(),
+        window: quota.period_ns(),
+        capacity,
+        stamps: Vec::new(),
+    };
+    (
+        shared(SlidingLog::with_capacity(quota, capacity, ())),
+        model,
+    )
+}
+
+/// [`log`], with one unit admitted at `NOW` in both the real log and the model.
+fn log_with_one_at_now(quota: Quota, capacity: u64) -> (Arc<SlidingLog<()>>, Log) {
+    let (l, mut model) = log(quota, capacity);
+    assert!(l.check_at(NOW).allowed);
+    assert!(model.decide(1, NOW, true).is_ok_and(|(a, _, _)| a));
+    (l, model)
 }
 
 fn admitted(h: &[Vec<(Op, Answer)>]) -> u64 {
@@ -165,7 +160,7 @@ fn admitted(h: &[Vec<(Op, Answer)>]) -> u64 {
 fn three_checks_share_a_limit_of_two() {
     loom::model(|| {
         let (l, before) = log(Quota::per_second(2), 2);
-        let one = Op::Check { n: 1, now: NOW };
+        let one = Op::check(1, NOW);
         let h = race(&l, &before, vec![vec![one, one], vec![one]]);
         assert_eq!(admitted(&h), 2);
     });
@@ -174,9 +169,7 @@ fn three_checks_share_a_limit_of_two() {
 #[test]
 fn costs_peeks_and_expiry() {
     loom::model(|| {
-        let (l, mut before) = log(Quota::per_second(3), 3);
-        assert!(l.check_at(NOW).allowed);
-        assert!(before.decide(1, NOW, true).is_ok_and(|(a, _, _)| a));
+        let (l, before) = log_with_one_at_now(Quota::per_second(3), 3);
         // A cost of 2 half a window later and then a peek; racing them, a cost of
         // 1 just when the first entry has left the window (after which the peek
         // is decided at that entry's later time).
@@ -184,20 +177,8 @@ fn costs_peeks_and_expiry() {
             &l,
             &before,
             vec![
-                vec![
-                    Op::Check {
-                        n: 2,
-                        now: NOW + SEC / 2,
-                    },
-                    Op::Peek {
-                        n: 2,
-                        now: NOW + SEC - 1,
-                    },
-                ],
-                vec![Op::Check {
-                    n: 1,
-                    now: NOW + SEC,
-                }],
+                vec![Op::check(2, NOW + SEC / 2), Op::peek(2, NOW + SEC - 1)],
+                vec![Op::check(1, NOW + SEC)],
             ],
         );
         assert!(admitted(&h) >= 1);
@@ -207,10 +188,8 @@ fn costs_peeks_and_expiry() {
 #[test]
 fn a_new_limit_races_checks() {
     loom::model(|| {
-        let (l, mut before) = log(Quota::per_second(1), 2);
-        assert!(l.check_at(NOW).allowed);
-        assert!(before.decide(1, NOW, true).is_ok_and(|(a, _, _)| a));
-        let one = Op::Check { n: 1, now: NOW };
+        let (l, before) = log_with_one_at_now(Quota::per_second(1), 2);
+        let one = Op::check(1, NOW);
         // Each check is decided under limit 1 (denied) or 2; at most one fits.
         let h = race(
             &l,

@@ -5,73 +5,58 @@
 
 use loom::sync::Arc;
 use sluicegate::{Quota, SlidingWindow};
-use sluicegate_loom_tests::{assert_linearizable, race, Op, Reference};
+use sluicegate_loom_tests::{assert_denials_change_nothing, race_linearizable, shared_spent, Op};
 
 const SEC: u64 = 1_000_000_000;
 
-fn window(quota: Quota) -> Arc<SlidingWindow<()>> {
-    match SlidingWindow::with_clock(quota, ()) {
-        Ok(w) => Arc::new(w),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn check(n: u64, now: u64) -> Op {
-    Op::Check { n, now }
+/// A window of `limit` per second with 2 units spent halfway through window 0.
+fn two_in_window_zero(limit: u64) -> Arc<SlidingWindow<()>> {
+    shared_spent(
+        SlidingWindow::with_clock(Quota::per_second(limit), ()),
+        2,
+        SEC / 2,
+    )
 }
 
 #[test]
 fn three_threads_share_the_one_unit_left() {
     loom::model(|| {
         // 2 in window 0; halfway through window 1 they weigh 2 · 1/2 = 1.
-        let w = window(Quota::per_second(2));
-        assert!(w.check_n_at(2, SEC / 2).is_ok_and(|d| d.allowed));
-        let before = Reference::of(&*w);
-        let at = SEC + SEC / 2;
-        let h = race(
-            &w,
-            vec![vec![check(1, at)], vec![check(1, at)], vec![check(1, at)]],
-        );
-        assert_eq!(assert_linearizable(&before, &h, &*w), 1);
+        let w = two_in_window_zero(2);
+        let one = Op::check(1, SEC + SEC / 2);
+        let (_, admitted) = race_linearizable(&w, &[&[one], &[one], &[one]]);
+        assert_eq!(admitted, 1);
     });
 }
 
 #[test]
 fn a_rollover_races_checks_in_the_old_window() {
     loom::model(|| {
-        let w = window(Quota::per_second(3));
-        assert!(w.check_n_at(2, SEC / 2).is_ok_and(|d| d.allowed));
-        let before = Reference::of(&*w);
+        let w = two_in_window_zero(3);
         // Thread 0 checks late in window 0 and then in window 1; thread 1 checks a
         // quarter into window 1 (window 0 still weighs 3/4 of its count).
-        let h = race(
+        race_linearizable(
             &w,
-            vec![
-                vec![check(1, SEC - 1), check(1, 2 * SEC - 1)],
-                vec![check(2, SEC + SEC / 4)],
+            &[
+                &[Op::check(1, SEC - 1), Op::check(1, 2 * SEC - 1)],
+                &[Op::check(2, SEC + SEC / 4)],
             ],
         );
-        assert_linearizable(&before, &h, &*w);
     });
 }
 
 #[test]
 fn denials_leave_the_word_unchanged() {
     loom::model(|| {
-        let w = window(Quota::per_second(2));
-        assert!(w.check_n_at(2, SEC / 2).is_ok_and(|d| d.allowed));
-        let full = w.state_word();
-        let before = Reference::of(&*w);
-        let h = race(
+        let w = two_in_window_zero(2);
+        assert_denials_change_nothing(
             &w,
-            vec![
-                vec![check(1, SEC - 1)],
-                vec![check(2, SEC / 2)],
-                vec![Op::Peek { n: 1, now: SEC / 2 }],
+            &[
+                &[Op::check(1, SEC - 1)],
+                &[Op::check(2, SEC / 2)],
+                &[Op::peek(1, SEC / 2)],
             ],
         );
-        assert_eq!(assert_linearizable(&before, &h, &*w), 0);
-        assert_eq!(w.state_word(), full);
     });
 }
 
@@ -81,19 +66,21 @@ fn the_wide_layout_races_a_rollover_like_the_whole_index() {
         // 20,000 per second does not fit next to the whole index: the window index
         // is stored modulo 2^24. Window 2^24 reads as the same window as 0 would,
         // so start just before a wrap of the stored index.
-        let w = window(Quota::per_second(20_000));
         let base = ((1u64 << 24) - 1) * SEC;
-        assert!(w
-            .check_n_at(19_999, base + SEC / 2)
-            .is_ok_and(|d| d.allowed));
-        let before = Reference::of(&*w);
-        let h = race(
+        let w = shared_spent(
+            SlidingWindow::with_clock(Quota::per_second(20_000), ()),
+            19_999,
+            base + SEC / 2,
+        );
+        race_linearizable(
             &w,
-            vec![
-                vec![check(1, base + SEC - 1), check(5_001, base + 2 * SEC - 1)],
-                vec![check(5_000, base + SEC + SEC / 4)],
+            &[
+                &[
+                    Op::check(1, base + SEC - 1),
+                    Op::check(5_001, base + 2 * SEC - 1),
+                ],
+                &[Op::check(5_000, base + SEC + SEC / 4)],
             ],
         );
-        assert_linearizable(&before, &h, &*w);
     });
 }

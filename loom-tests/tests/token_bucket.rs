@@ -3,31 +3,24 @@
 //! that order ends.
 #![cfg(loom)]
 
-use loom::sync::Arc;
 use sluicegate::{Quota, TokenBucket};
-use sluicegate_loom_tests::{assert_linearizable, race, Op, Reference};
+use sluicegate_loom_tests::{
+    assert_denials_change_nothing, race_linearizable, shared, shared_spent, Op,
+};
 
 const SEC: u64 = 1_000_000_000;
 const NOW: u64 = 5 * SEC;
 
-fn bucket(quota: Quota) -> Arc<TokenBucket<()>> {
-    match TokenBucket::with_clock(quota, ()) {
-        Ok(tb) => Arc::new(tb),
-        Err(e) => panic!("{e}"),
-    }
-}
-
 fn one(now: u64) -> Op {
-    Op::Check { n: 1, now }
+    Op::check(1, now)
 }
 
 #[test]
 fn three_threads_share_a_burst_of_two() {
     loom::model(|| {
-        let tb = bucket(Quota::per_second(2));
-        let before = Reference::of(&*tb);
-        let h = race(&tb, vec![vec![one(NOW)], vec![one(NOW)], vec![one(NOW)]]);
-        assert_eq!(assert_linearizable(&before, &h, &*tb), 2);
+        let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
+        let (_, admitted) = race_linearizable(&tb, &[&[one(NOW)], &[one(NOW)], &[one(NOW)]]);
+        assert_eq!(admitted, 2);
         // Both admissions are in the word: the bucket is full 2·T after NOW.
         assert_eq!(tb.state_word(), NOW + SEC);
     });
@@ -36,15 +29,10 @@ fn three_threads_share_a_burst_of_two() {
 #[test]
 fn costs_race_for_the_last_two_tokens() {
     loom::model(|| {
-        let tb = bucket(Quota::per_second(3));
-        assert!(tb.check_at(NOW).allowed);
-        let before = Reference::of(&*tb);
-        let h = race(
-            &tb,
-            vec![vec![Op::Check { n: 2, now: NOW }], vec![one(NOW), one(NOW)]],
-        );
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(3), ()), 1, NOW);
+        let (_, admitted) = race_linearizable(&tb, &[&[Op::check(2, NOW)], &[one(NOW), one(NOW)]]);
         // Every sequential order spends exactly the two tokens left.
-        assert_eq!(assert_linearizable(&before, &h, &*tb), 2);
+        assert_eq!(admitted, 2);
         assert!(!tb.peek_at(NOW).allowed);
     });
 }
@@ -52,20 +40,11 @@ fn costs_race_for_the_last_two_tokens() {
 #[test]
 fn denials_leave_the_word_unchanged() {
     loom::model(|| {
-        let tb = bucket(Quota::per_second(2));
-        assert!(tb.check_n_at(2, NOW).is_ok_and(|d| d.allowed));
-        let full = tb.state_word();
-        let before = Reference::of(&*tb);
-        let h = race(
+        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 2, NOW);
+        assert_denials_change_nothing(
             &tb,
-            vec![
-                vec![one(NOW)],
-                vec![Op::Check { n: 2, now: NOW }],
-                vec![Op::Peek { n: 1, now: NOW }],
-            ],
+            &[&[one(NOW)], &[Op::check(2, NOW)], &[Op::peek(1, NOW)]],
         );
-        assert_eq!(assert_linearizable(&before, &h, &*tb), 0);
-        assert_eq!(tb.state_word(), full);
     });
 }
 
@@ -73,17 +52,19 @@ fn denials_leave_the_word_unchanged() {
 fn callers_at_different_times() {
     loom::model(|| {
         // One token per 500 ms, one at a time; the token is spent at NOW.
-        let tb = bucket(Quota::per_second(2).burst(1));
-        assert!(tb.check_at(NOW).allowed);
-        let before = Reference::of(&*tb);
+        let tb = shared_spent(
+            TokenBucket::with_clock(Quota::per_second(2).burst(1), ()),
+            1,
+            NOW,
+        );
         let t = SEC / 2;
         // A caller whose clock is behind finds no token; one at NOW + T finds one,
         // and then none for itself 1 ns later; who wins depends on the order.
-        let h = race(
+        let (_, admitted) = race_linearizable(
             &tb,
-            vec![vec![one(NOW + t / 2)], vec![one(NOW + t), one(NOW + t + 1)]],
+            &[&[one(NOW + t / 2)], &[one(NOW + t), one(NOW + t + 1)]],
         );
-        assert_eq!(assert_linearizable(&before, &h, &*tb), 1);
+        assert_eq!(admitted, 1);
     });
 }
 
@@ -91,11 +72,10 @@ fn callers_at_different_times() {
 fn a_fresh_bucket_at_the_end_of_time_shares_its_whole_burst() {
     loom::model(|| {
         // Time stops one refill before u64::MAX; a fresh bucket is full there.
-        let tb = bucket(Quota::per_second(2));
-        let before = Reference::of(&*tb);
+        let tb = shared(TokenBucket::with_clock(Quota::per_second(2), ()));
         let end = u64::MAX - 1;
-        let h = race(&tb, vec![vec![one(end)], vec![one(end)], vec![one(end)]]);
-        assert_eq!(assert_linearizable(&before, &h, &*tb), 2);
+        let (_, admitted) = race_linearizable(&tb, &[&[one(end)], &[one(end)], &[one(end)]]);
+        assert_eq!(admitted, 2);
         assert_eq!(tb.state_word(), u64::MAX);
     });
 }

@@ -7,8 +7,9 @@
 //! applies the rule's `on_error` when that limiter reports a failure.
 
 use std::fmt;
+use std::hash::Hash;
 
-use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Spec, SpecError};
+use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
 
 use crate::def::{Backend, OnError, RedisSettings, RuleDef};
 use crate::table::KeyedTable;
@@ -171,20 +172,26 @@ impl Limiter {
         })
     }
 
-    /// Checks (`consume`) or peeks at `n` units for the key fingerprint `key` (local) or
-    /// `text_key()` (shared).
-    pub(crate) fn run(
+    /// Checks (`consume`, writing into `receipt` what a local limiter took) or
+    /// peeks at `n` units for `key` (local keyed tables hash it with their own
+    /// secret seed) or `text_key()` (shared backends, which keep no receipts).
+    /// `receipt` is written only by a check of a limiter that [`Self::can_refund`]
+    /// (and by an `on_error = "local"` fallback, which is not refunded).
+    pub(crate) fn run<K: Hash + ?Sized>(
         &self,
-        key: u64,
+        key: &K,
         text_key: impl FnOnce() -> String,
         n: u64,
         now: u64,
         consume: bool,
+        receipt: &mut Receipt,
     ) -> Result<Answer, InsufficientCapacity> {
         match self {
-            Limiter::One(l) if consume => l.check_n_at(n, now).map(Answer::Decided),
+            Limiter::One(l) if consume => {
+                l.check_n_at_receipt(n, now, receipt).map(Answer::Decided)
+            }
             Limiter::One(l) => l.peek_n_at(n, now).map(Answer::Decided),
-            Limiter::Keyed(t) => t.check_n_at(key, n, now, consume).map(Answer::Decided),
+            Limiter::Keyed(t) => t.run(key, n, now, consume, receipt).map(Answer::Decided),
             Limiter::Remote {
                 remote,
                 on_error,
@@ -201,21 +208,44 @@ impl Limiter {
                         reset_after_ns: 0,
                         limit,
                     };
-                    let plain = |decision| Outcome {
-                        decision,
-                        delay_ns: 0,
+                    let fallback = |decision| {
+                        Answer::Fallback(Outcome {
+                            decision,
+                            delay_ns: 0,
+                        })
                     };
                     match (on_error, local) {
-                        (OnError::Open, _) => Ok(Answer::Fallback(plain(d(true)))),
+                        (OnError::Open, _) => Ok(fallback(d(true))),
                         (OnError::Local, Some(l)) => {
-                            match l.run(key, String::new, n, now, consume)? {
+                            match l.run(key, String::new, n, now, consume, receipt)? {
                                 Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
                             }
                         }
-                        _ => Ok(Answer::Fallback(plain(d(false)))),
+                        _ => Ok(fallback(d(false))),
                     }
                 }
             },
+        }
+    }
+
+    /// Whether every admission of this limiter comes with a receipt that gives it
+    /// back: local rules but striped ones and sliding logs; not shared backends.
+    pub(crate) fn can_refund(&self) -> bool {
+        match self {
+            Limiter::One(l) => l.can_refund(),
+            Limiter::Keyed(_) => true,
+            Limiter::Remote { .. } => false,
+        }
+    }
+
+    /// Gives back what `receipt`'s admission took (nothing if another limiter
+    /// issued it).
+    pub(crate) fn refund(&self, receipt: &mut Receipt, now: u64) {
+        match self {
+            Limiter::One(l) => l.refund(receipt, now),
+            Limiter::Keyed(t) => t.refund(receipt, now),
+            Limiter::Remote { local: Some(l), .. } => l.refund(receipt, now),
+            Limiter::Remote { local: None, .. } => {}
         }
     }
 

@@ -23,20 +23,44 @@ pub(crate) enum Value {
 
 impl Cond {
     pub(crate) fn matches(&self, value: Option<&str>) -> bool {
+        self.matches_with(value, || value.and_then(parse_ip))
+    }
+
+    /// [`Self::matches`] with the value's address (for CIDR blocks) from `ip`,
+    /// called at most once: a request's address is parsed once for all rules.
+    pub(crate) fn matches_with(
+        &self,
+        value: Option<&str>,
+        ip: impl FnOnce() -> Option<IpAddr>,
+    ) -> bool {
         let Some(v) = value else { return false };
         match self {
             Cond::Present => true,
             Cond::Any(values) => {
-                // Parse the address once for every CIDR of the list.
-                let mut ip: Option<Option<IpAddr>> = None;
+                let mut ip = Some(ip);
+                let mut addr: Option<Option<IpAddr>> = None;
                 values.iter().any(|want| match want {
                     Value::Exact(s) => **s == *v,
                     Value::Glob(p) => glob(p.as_bytes(), v.as_bytes()),
-                    Value::Cidr(c) => ip
-                        .get_or_insert_with(|| parse_ip(v))
+                    Value::Cidr(c) => addr
+                        .get_or_insert_with(|| ip.take().and_then(|f| f()))
                         .is_some_and(|a| c.contains(&a)),
                 })
             }
+        }
+    }
+
+    /// The exact values this condition accepts, if that is all it accepts (a
+    /// request without one of them cannot match): what the rule index keys on.
+    pub(crate) fn exact_values(&self) -> Option<impl Iterator<Item = &str>> {
+        match self {
+            Cond::Any(values) if values.iter().all(|v| matches!(v, Value::Exact(_))) => {
+                Some(values.iter().filter_map(|v| match v {
+                    Value::Exact(s) => Some(&**s),
+                    _ => None,
+                }))
+            }
+            _ => None,
         }
     }
 

@@ -4,8 +4,9 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use sluicegate::Outcome;
+use sluicegate::{Outcome, Receipt};
 
+use crate::attrs::{AttrName, Attrs};
 use crate::def::Mode;
 use crate::policy::Compiled;
 
@@ -42,15 +43,106 @@ pub struct RuleDecision<'a> {
     pub delay_ns: u64,
     /// The shared backend failed and the rule's `on_error` decided.
     pub backend_error: bool,
+    /// The rule's index in the policy's rules (`policy.definition().rules()`).
+    pub index: usize,
+    /// The rule's `key` attributes (see [`Self::key_text`]).
+    pub key: &'a [AttrName],
+    /// The policy's IPv6 prefix for keys.
+    pub ipv6_prefix: u8,
+}
+
+impl RuleDecision<'_> {
+    /// The key this rule limited the request by, as text (the text a shared
+    /// backend stores it under): the `key` attributes' values in `attrs` (the
+    /// request's), joined by `|`, `|` and `\` escaped with `\`, an absent
+    /// attribute as `\0`, the address as the policy groups it (IPv6 by its
+    /// prefix). Empty for a keyless rule.
+    ///
+    /// ```
+    /// use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nkey = [\"ip\", \"user\"]\nlimit = \"1/s\"\n")?;
+    /// let req = [("ip", "2001:db8::7"), ("user", "a|b")];
+    /// let d = p.check_n_at(&req, 1, 0);
+    /// let r = d.rules().next().unwrap();
+    /// assert_eq!((r.index, r.key_text(&req)), (0, "2001:db8::|a\\|b".to_owned()));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn key_text<A: Attrs + ?Sized>(&self, attrs: &A) -> String {
+        let mut out = String::new();
+        self.write_key_text(attrs, &mut out);
+        out
+    }
+
+    /// [`Self::key_text`] into `out` (cleared first), to reuse one buffer.
+    ///
+    /// ```
+    /// use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nkey = [\"tenant\"]\nlimit = \"1/s\"\n")?;
+    /// let mut key = String::from("old");
+    /// let d = p.check_n_at(&[("ip", "192.0.2.1")], 1, 0);
+    /// d.rules().next().unwrap().write_key_text(&[("ip", "192.0.2.1")], &mut key);
+    /// assert_eq!(key, "\\0"); // no tenant: its own key
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn write_key_text<A: Attrs + ?Sized>(&self, attrs: &A, out: &mut String) {
+        crate::key::key_text_into(attrs, self.key, self.ipv6_prefix, out);
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Item {
     pub rule: u32,
-    /// The key's fingerprint under this rule (0: keyless).
-    pub key: u64,
     pub outcome: Outcome,
     pub backend_error: bool,
+    pub stage: Stage,
+}
+
+/// How far a check of one matching rule got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Not run yet (its outcome is a placeholder).
+    Todo,
+    /// Peeked: what a check would answer, nothing charged.
+    Peeked,
+    /// Checked: charged if it admitted.
+    Checked,
+}
+
+/// Receipts of the rules a check has charged so far (rule index, receipt), given
+/// back if a later rule denies: slots reused from check to check (one list per
+/// thread: no allocation once warm).
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    slots: Vec<(u32, Receipt)>,
+    used: usize,
+}
+
+impl Pending {
+    pub(crate) fn clear(&mut self) {
+        self.used = 0;
+    }
+
+    /// The next slot, for a check to write its receipt into.
+    pub(crate) fn next(&mut self) -> &mut Receipt {
+        if self.used == self.slots.len() {
+            self.slots.push((0, Receipt::empty()));
+        }
+        &mut self.slots[self.used].1
+    }
+
+    /// Keeps what the last check wrote into [`Self::next`] as rule `rule`'s.
+    pub(crate) fn keep(&mut self, rule: u32) {
+        if let Some(slot) = self.slots.get_mut(self.used) {
+            slot.0 = rule;
+            self.used += 1;
+        }
+    }
+
+    /// The kept receipts; empties the list.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = &mut (u32, Receipt)> {
+        let used = std::mem::take(&mut self.used);
+        self.slots[..used].iter_mut()
+    }
 }
 
 /// The answer of [`crate::Policy::check`]: admitted only if every enforcing rule
@@ -97,6 +189,23 @@ impl Decision {
         }
     }
 
+    /// Forgets the answer (and the rules it refers to), keeping the buffer for
+    /// the next [`crate::Policy::check_n_at_into`].
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// let mut d = p.check_n_at(&[("k", "v")], 1, 0);
+    /// d.clear();
+    /// assert!(d.allowed() && d.rules().next().is_none());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn clear(&mut self) {
+        self.items.clear();
+        self.snapshot = None;
+        self.allowed = true;
+    }
+
     /// Whether the request is admitted.
     ///
     /// ```
@@ -140,6 +249,9 @@ impl Decision {
                 reset_after_ns: d.reset_after_ns,
                 delay_ns: it.outcome.delay_ns,
                 backend_error: it.backend_error,
+                index: it.rule as usize,
+                key: rule.def.key(),
+                ipv6_prefix: self.snapshot.as_ref()?.def.ipv6_prefix,
             })
         })
     }

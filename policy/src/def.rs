@@ -244,6 +244,22 @@ impl RuleDef {
             .all(|(name, cond)| cond.matches(attrs.get(name.as_str())))
     }
 
+    /// The text of the key this rule limits a request with `attrs` by, into `out`
+    /// (cleared first); `ipv6_prefix` is the policy's ([`PolicyDef::ipv6_prefix`]).
+    /// The same text as [`crate::RuleDecision::key_text`].
+    ///
+    /// ```
+    /// let text = "[[rule]]\nname = \"a\"\nkey = [\"ip\", \"tenant\"]\nlimit = \"1/s\"\n";
+    /// let def = sluicegate_policy::PolicyDef::parse(text, None)?;
+    /// let mut key = String::new();
+    /// def.rules()[0].write_key_text(&[("ip", "::ffff:192.0.2.1")], def.ipv6_prefix(), &mut key);
+    /// assert_eq!(key, "192.0.2.1|\\0");
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn write_key_text<A: Attrs + ?Sized>(&self, attrs: &A, ipv6_prefix: u8, out: &mut String) {
+        crate::key::key_text_into(attrs, &self.key, ipv6_prefix, out);
+    }
+
     /// Same state-defining settings: a reload keeps such a rule's limiter as it is.
     pub(crate) fn same_limiter(&self, o: &RuleDef) -> bool {
         self.key == o.key

@@ -1,5 +1,6 @@
 //! A rule's key: the values of its `key` attributes, hashed where they lie.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
@@ -25,6 +26,10 @@ pub(crate) struct KeyRef<'a, L: ?Sized> {
 /// attribute (each looked up once per request) or by name.
 pub(crate) trait Lookup {
     fn value(&self, idx: u16, name: &AttrName) -> Option<&str>;
+    /// The attribute's value parsed as an address (for `ip`).
+    fn ip(&self, idx: u16, name: &AttrName) -> Option<IpAddr> {
+        self.value(idx, name).and_then(parse_ip)
+    }
 }
 
 /// Looks every attribute up by name.
@@ -36,12 +41,37 @@ impl<A: Attrs + ?Sized> Lookup for Direct<'_, A> {
     }
 }
 
-/// Values looked up once per request, by the policy's attribute index.
-pub(crate) struct Cached<'a>(pub &'a [Option<&'a str>]);
+/// Values looked up once per request, by the policy's attribute index; the
+/// client address parsed at most once per request.
+pub(crate) struct Cached<'a> {
+    pub vals: &'a [Option<&'a str>],
+    pub ip: Cell<Option<Option<IpAddr>>>,
+}
+
+impl<'a> Cached<'a> {
+    pub(crate) fn new(vals: &'a [Option<&'a str>]) -> Self {
+        Cached {
+            vals,
+            ip: Cell::new(None),
+        }
+    }
+}
 
 impl Lookup for Cached<'_> {
+    #[inline]
     fn value(&self, idx: u16, _: &AttrName) -> Option<&str> {
-        self.0.get(usize::from(idx)).copied().flatten()
+        self.vals.get(usize::from(idx)).copied().flatten()
+    }
+
+    #[inline]
+    fn ip(&self, idx: u16, name: &AttrName) -> Option<IpAddr> {
+        // `ip` is the only address attribute: one cell is enough.
+        if let Some(a) = self.ip.get() {
+            return a;
+        }
+        let a = self.value(idx, name).and_then(parse_ip);
+        self.ip.set(Some(a));
+        a
     }
 }
 
@@ -55,7 +85,7 @@ enum Part<'a> {
 fn part<'a, L: Lookup + ?Sized>(l: &'a L, i: u16, name: &AttrName, v6: u8) -> Part<'a> {
     match l.value(i, name) {
         None => Part::Absent,
-        Some(v) if name.is_ip() => match parse_ip(v) {
+        Some(v) if name.is_ip() => match l.ip(i, name) {
             Some(IpAddr::V6(a)) => match a.to_ipv4_mapped() {
                 Some(v4) => Part::Ip(IpAddr::V4(v4)),
                 None => Part::Ip(mask(IpAddr::V6(a), v6)),
@@ -96,6 +126,12 @@ impl<L: Lookup + ?Sized> KeyRef<'_, L> {
     /// attribute as `\0`, addresses in their canonical form (IPv6 cut to the prefix).
     pub(crate) fn text(&self) -> String {
         let mut out = String::new();
+        self.write_text(&mut out);
+        out
+    }
+
+    /// [`Self::text`] appended to `out`.
+    pub(crate) fn write_text(&self, out: &mut String) {
         for (n, &i) in self.idx.iter().enumerate() {
             if n > 0 {
                 out.push('|');
@@ -116,8 +152,30 @@ impl<L: Lookup + ?Sized> KeyRef<'_, L> {
                 }
             }
         }
-        out
     }
+}
+
+/// Writes the key text of a rule keyed by `names` for `attrs` into `out`
+/// (cleared first): see [`KeyRef::text`].
+pub(crate) fn key_text_into<A: crate::attrs::Attrs + ?Sized>(
+    attrs: &A,
+    names: &[AttrName],
+    ipv6_prefix: u8,
+    out: &mut String,
+) {
+    out.clear();
+    // Rules have few key attributes; the indices of a longer list saturate
+    // (never more than 65,536 attributes in a rule).
+    let idx: Vec<u16> = (0..names.len())
+        .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
+        .collect();
+    KeyRef {
+        lookup: &Direct(attrs),
+        names,
+        idx: &idx,
+        ipv6_prefix,
+    }
+    .write_text(out);
 }
 
 #[cfg(test)]

@@ -47,10 +47,12 @@
 
 mod attrs;
 mod backend;
+mod check;
 mod cond;
 mod decision;
 mod def;
 mod diag;
+mod index;
 mod key;
 #[cfg(feature = "tower")]
 mod layer;

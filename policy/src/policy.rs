@@ -1,50 +1,21 @@
-//! [`Policy`]: the compiled rules and the check.
-//!
-//! # All-or-nothing across rules: peek, then commit
-//! A request is admitted only if every enforcing rule that matches admits it, and
-//! a denial by one rule consumes nothing from the others. The check runs:
-//!
-//! 1. **Peek** every matching enforcing rule but the last (what a check of `n`
-//!    would answer, charging nothing). If one would deny, the request is denied
-//!    and nothing was charged anywhere.
-//! 2. **Check** the last enforcing rule (charging it). If it denies, the request
-//!    is denied; nothing was charged anywhere.
-//! 3. **Commit** the peeked rules one by one, each with its own atomic check.
-//!
-//! *Never over-admits:* every unit a rule ever admits is admitted by that rule's
-//! own atomic check (its compare-and-swap loop), exactly as if the rule stood
-//! alone; a request is admitted only if each of those checks admitted it. So no
-//! rule, under any interleaving of threads, admits beyond its quota.
-//!
-//! *Sequentially exact:* with no concurrent request, a peek that allowed at `now`
-//! is followed by a check at the same `now` that allows too, so step 3 always
-//! succeeds and a denial consumes nothing anywhere.
-//!
-//! *Under concurrency* a request may pass a rule's peek and then find, at step 3,
-//! that a concurrent request took the rule's last units in between. That request
-//! is denied; the rules it already committed in step 3 keep their charge (core
-//! offers no public give-back across limiters). That can only make a rule early to
-//! deny, for the few units in flight at the instant a rule runs out, never late.
-//!
-//! Shadow rules are checked on their own (charged when they would admit), counted,
-//! and never deny or block the others.
+//! [`Policy`]: the compiled rules, and the calls that check a request (the check
+//! itself, all-or-nothing across rules, is in [`crate::check`]).
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use sluicegate::{Clock, Decision as Verdict, DefaultClock, Outcome};
+use sluicegate::{Clock, DefaultClock};
 
 use crate::attrs::AttrName;
 use crate::attrs::Attrs;
-use crate::backend::{Answer, Limiter, RemoteFactory};
+use crate::backend::{Limiter, RemoteFactory};
 use crate::cond::Cond;
-use crate::decision::{Decision, Item};
-use crate::def::{Mode, PolicyDef, RuleDef};
+use crate::decision::Decision;
+use crate::def::{PolicyDef, RuleDef};
 use crate::diag::{Code, Diagnostic, Error, Severity};
-use crate::key::{Cached, Direct, KeyRef, Lookup};
-use crate::metrics::{bump, ReloadStats, RuleMetrics};
+use crate::index::RuleIndex;
+use crate::key::{Cached, Direct};
+use crate::metrics::{ReloadStats, RuleMetrics};
 
 /// The rules in force, with their limiters.
 #[derive(Debug)]
@@ -53,6 +24,8 @@ pub(crate) struct Compiled {
     pub rules: Box<[Rule]>,
     /// Every attribute a rule matches or keys on, once.
     pub names: Box<[AttrName]>,
+    /// Which rules a request can match, by their exact-match conditions.
+    pub index: RuleIndex,
 }
 
 /// Up to this many distinct attributes are looked up once per request into an
@@ -69,6 +42,10 @@ pub(crate) struct Rule {
     /// The `key` attributes, by index into [`Compiled::names`].
     pub key: Box<[u16]>,
     pub limiter: Arc<Limiter>,
+    /// Whether the limiter's admissions can be given back ([`Limiter::can_refund`]).
+    pub refundable: bool,
+    /// Whether the rule enforces (not shadow).
+    pub enforce: bool,
     pub metrics: Arc<RuleMetrics>,
 }
 
@@ -110,9 +87,6 @@ pub struct Policy {
     pub(crate) remote: Option<Arc<dyn RemoteFactory>>,
     pub(crate) reload: Mutex<ReloadStats>,
     pub(crate) reloading: Mutex<()>,
-    /// Key fingerprints: SipHash with a random key per policy (resistant to hash
-    /// flooding), the same across reloads so kept tables keep finding their keys.
-    pub(crate) keys: RandomState,
 }
 
 impl std::fmt::Debug for Policy {
@@ -187,7 +161,6 @@ impl PolicyBuilder {
             remote: self.remote,
             reload: Mutex::new(ReloadStats::default()),
             reloading: Mutex::new(()),
-            keys: RandomState::new(),
         })
     }
 }
@@ -227,7 +200,7 @@ pub(crate) fn compile(
         // line of text); saturate rather than wrap if one ever had more.
         u16::try_from(i).unwrap_or(u16::MAX)
     };
-    let rules = def
+    let rules: Box<[Rule]> = def
         .rules
         .iter()
         .cloned()
@@ -239,12 +212,15 @@ pub(crate) fn compile(
                 .map(|(n, c)| (index(n), c.clone()))
                 .collect(),
             key: def.key.iter().map(&mut index).collect(),
+            refundable: limiter.can_refund(),
+            enforce: def.mode() == crate::def::Mode::Enforce,
             def,
             limiter,
             metrics,
         })
         .collect();
     Ok(Compiled {
+        index: RuleIndex::build(&rules),
         def,
         rules,
         names: names.into(),
@@ -327,6 +303,23 @@ impl Policy {
         self.check_n_at(attrs, n, self.clock.now())
     }
 
+    /// [`Self::check_n`] into a decision the caller reuses (see
+    /// [`Self::check_n_at_into`]).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Decision, Policy};
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/minute\"\n")?;
+    /// let mut d = Decision::new();
+    /// p.check_n_into(&[("path", "/")], 2, &mut d);
+    /// assert!(d.allowed());
+    /// p.check_n_into(&[("path", "/")], 1, &mut d);
+    /// assert!(!d.allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn check_n_into<A: Attrs + ?Sized>(&self, attrs: &A, n: u64, out: &mut Decision) {
+        self.check_n_at_into(attrs, n, self.clock.now(), out);
+    }
+
     /// Checks a request of cost `n` at `now` (nanoseconds, the caller's clock;
     /// one clock for all calls to this policy). `n = 0` peeks.
     ///
@@ -364,7 +357,13 @@ impl Policy {
         now: u64,
         out: &mut Decision,
     ) {
-        let snap = self.current.load_full();
+        // The decision keeps the rules it was decided by; a reused decision that
+        // already holds the current ones takes no reference count.
+        let current = self.current.load();
+        let snap = match out.snapshot.take() {
+            Some(s) if Arc::ptr_eq(&s, &*current) => s,
+            _ => arc_swap::Guard::into_inner(current),
+        };
         // Each attribute the rules name is looked up once, not once per rule.
         let names = &snap.names;
         if names.len() <= CACHED_ATTRS {
@@ -373,153 +372,9 @@ impl Policy {
                 *v = attrs.get(name.as_str());
             }
             let len = names.len();
-            self.decide(snap, &Cached(&vals[..len]), n, now, out);
+            crate::check::decide(snap, &Cached::new(&vals[..len]), n, now, out);
         } else {
-            self.decide(snap, &Direct(attrs), n, now, out);
+            crate::check::decide(snap, &Direct(attrs), n, now, out);
         }
-    }
-
-    fn decide<L: Lookup + ?Sized>(
-        &self,
-        snap: Arc<Compiled>,
-        lookup: &L,
-        n: u64,
-        now: u64,
-        out: &mut Decision,
-    ) {
-        out.items.clear();
-        out.allowed = true;
-        let v6 = snap.def.ipv6_prefix;
-        let names = &snap.names;
-        fn key_of<'a, L: ?Sized>(
-            lookup: &'a L,
-            names: &'a [AttrName],
-            rule: &'a Rule,
-            v6: u8,
-        ) -> KeyRef<'a, L> {
-            KeyRef {
-                lookup,
-                names,
-                idx: &rule.key,
-                ipv6_prefix: v6,
-            }
-        }
-        let run = |rule: &Rule, fp: u64, consume: bool| {
-            let limit = rule.def.spec().capacity();
-            match rule.limiter.run(
-                fp,
-                || key_of(lookup, names, rule, v6).text(),
-                n,
-                now,
-                consume,
-            ) {
-                Ok(Answer::Decided(o)) => (o, false),
-                Ok(Answer::Fallback(o)) => {
-                    bump(&rule.metrics.backend_errors);
-                    (o, true)
-                }
-                Err(_) => (
-                    Outcome {
-                        decision: Verdict::never(limit),
-                        delay_ns: 0,
-                    },
-                    false,
-                ),
-            }
-        };
-        // Shadow rules are checked on their own as they come; enforcing ones are
-        // collected for the all-or-nothing steps.
-        let mut last = None;
-        for (i, rule) in snap.rules.iter().enumerate() {
-            let matches = rule
-                .conds
-                .iter()
-                .all(|(i, c)| c.matches(lookup.value(*i, &names[usize::from(*i)])));
-            if !matches {
-                continue;
-            }
-            // The key is hashed once per rule and request: the peek and the
-            // commit reuse the fingerprint.
-            let key = match *rule.key {
-                [] => 0,
-                _ => self.keys.hash_one(key_of(lookup, names, rule, v6)),
-            };
-            let (outcome, backend_error) = match rule.def.mode() {
-                Mode::Shadow => {
-                    let r = run(rule, key, true);
-                    let c = if r.0.decision.allowed {
-                        &rule.metrics.allowed
-                    } else {
-                        &rule.metrics.shadow_denied
-                    };
-                    bump(c);
-                    r
-                }
-                Mode::Enforce => {
-                    last = Some(out.items.len());
-                    (
-                        Outcome {
-                            decision: Verdict::never(0),
-                            delay_ns: 0,
-                        },
-                        false,
-                    )
-                }
-            };
-            out.items.push(Item {
-                rule: i as u32,
-                key,
-                outcome,
-                backend_error,
-            });
-        }
-        let enforcing = |it: &Item| snap.rules[it.rule as usize].def.mode() == Mode::Enforce;
-        // 1. Peek every enforcing rule but the last.
-        let mut denied = false;
-        for idx in 0..out.items.len() {
-            if Some(idx) == last || !enforcing(&out.items[idx]) {
-                continue;
-            }
-            let it = &out.items[idx];
-            let (o, e) = run(&snap.rules[it.rule as usize], it.key, false);
-            denied |= !o.decision.allowed;
-            out.items[idx].outcome = o;
-            out.items[idx].backend_error = e;
-        }
-        // 2. Charge the last one, unless a peek already denied (then peek it too,
-        // for its headers).
-        if let Some(idx) = last {
-            let it = &out.items[idx];
-            let (o, e) = run(&snap.rules[it.rule as usize], it.key, !denied);
-            denied |= !o.decision.allowed;
-            out.items[idx].outcome = o;
-            out.items[idx].backend_error = e;
-        }
-        // 3. Commit the peeked ones.
-        if !denied {
-            for idx in 0..out.items.len() {
-                if Some(idx) == last || !enforcing(&out.items[idx]) {
-                    continue;
-                }
-                let it = &out.items[idx];
-                let (o, e) = run(&snap.rules[it.rule as usize], it.key, true);
-                out.items[idx].outcome = o;
-                out.items[idx].backend_error |= e;
-                if !o.decision.allowed {
-                    denied = true;
-                    break;
-                }
-            }
-        }
-        for it in out.items.iter().filter(|it| enforcing(it)) {
-            let m = &snap.rules[it.rule as usize].metrics;
-            if !it.outcome.decision.allowed {
-                bump(&m.denied);
-            } else if !denied {
-                bump(&m.allowed);
-            }
-        }
-        out.allowed = !denied;
-        out.snapshot = Some(snap);
     }
 }

@@ -1,5 +1,5 @@
-//! A keyed rule's limiters: core's [`AnyKeyed`] table, addressed by the key
-//! fingerprint the policy computed once per request.
+//! A keyed rule's limiters: core's [`AnyKeyed`] table, each key hashed once per
+//! check by the table's own secret-seeded hasher.
 //!
 //! Memory is fixed when the rule is built (`capacity` keys, 16 bytes per key and
 //! limit, allocated fallibly). When the table is full of live entries, core's
@@ -8,8 +8,10 @@
 //! so a returning key resumes at least as limited as it left — bounded memory makes
 //! a rule early to limit, never late (DESIGN §10).
 
+use std::hash::Hash;
+
 use sluicegate::keyed::AnyKeyed;
-use sluicegate::{InsufficientCapacity, Outcome, Spec, SpecError};
+use sluicegate::{InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
 
 pub(crate) struct KeyedTable(AnyKeyed<()>);
 
@@ -18,20 +20,27 @@ impl KeyedTable {
         AnyKeyed::with_clock(spec, capacity, ()).map(KeyedTable)
     }
 
-    /// Checks (`consume`) or peeks at `n` units for the key whose fingerprint
-    /// (a keyed SipHash of the key, computed once per request by the policy) is `fp`.
-    pub(crate) fn check_n_at(
+    /// Checks (`consume`, writing `receipt`) or peeks at `n` units for `key`,
+    /// hashed once by the table's secret-seeded hasher (flood resistant).
+    #[inline]
+    pub(crate) fn run<K: Hash + ?Sized>(
         &self,
-        fp: u64,
+        key: &K,
         n: u64,
         now: u64,
         consume: bool,
+        receipt: &mut Receipt,
     ) -> Result<Outcome, InsufficientCapacity> {
         if consume {
-            self.0.check_n_at(&fp, n, now)
+            self.0.check_n_at_receipt(key, n, now, receipt)
         } else {
-            self.0.peek_n_at(&fp, n, now)
+            self.0.peek_n_at(key, n, now)
         }
+    }
+
+    /// Gives back what `receipt`'s admission took from its key.
+    pub(crate) fn refund(&self, receipt: &mut Receipt, now: u64) {
+        self.0.refund(receipt, now);
     }
 
     /// New quotas for every key; each key's state carries over; all-or-nothing.
@@ -66,9 +75,10 @@ mod tests {
         let t = KeyedTable::new(&spec, 8).unwrap();
         // Far more keys than slots, each twice: no key is ever admitted twice in
         // its window, whatever the table evicted to make room.
+        let mut r = Receipt::empty();
         for round in 0..2 {
             for k in 0..200u64 {
-                let allowed = t.check_n_at(k, 1, round, true).unwrap().decision.allowed;
+                let allowed = t.run(&k, 1, round, true, &mut r).unwrap().decision.allowed;
                 assert!(!(round == 1 && allowed), "key {k} admitted twice");
             }
         }
@@ -76,14 +86,30 @@ mod tests {
         assert!(t.evictions() + t.rejected() > 0);
         // A peek charges nothing.
         let fresh = 10_000;
+        let later = 200_000_000_000;
         assert!(
-            t.check_n_at(fresh, 1, 200_000_000_000, false)
+            t.run(&fresh, 1, later, false, &mut r)
                 .unwrap()
                 .decision
                 .allowed
         );
         assert!(
-            t.check_n_at(fresh, 1, 200_000_000_000, true)
+            t.run(&fresh, 1, later, true, &mut r)
+                .unwrap()
+                .decision
+                .allowed
+        );
+        assert_eq!(r.units(), 1);
+        // A refund gives it back.
+        t.refund(&mut r, later);
+        assert!(
+            t.run(&fresh, 1, later, true, &mut r)
+                .unwrap()
+                .decision
+                .allowed
+        );
+        assert!(
+            !t.run(&fresh, 1, later, true, &mut r)
                 .unwrap()
                 .decision
                 .allowed

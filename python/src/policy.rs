@@ -4,6 +4,7 @@
 //! header names that are not lower case already.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -205,12 +206,15 @@ impl PyPolicy {
         for (k, v) in &extra_objs {
             call.extra.push((k.to_str()?, v.to_str()?));
         }
+        // The buffer of a decision this thread dropped earlier: no allocation once
+        // warm.
+        let mut inner = SPARE.with(Cell::take).unwrap_or_default();
         // A rule on Redis makes a round trip: without the GIL, as the Redis classes.
-        let inner = if self.remote {
-            py.detach(|| self.inner.check_n(&call, cost.0))
+        if self.remote {
+            py.detach(|| self.inner.check_n_into(&call, cost.0, &mut inner));
         } else {
-            self.inner.check_n(&call, cost.0)
-        };
+            self.inner.check_n_into(&call, cost.0, &mut inner);
+        }
         Ok(PyPolicyDecision { inner })
     }
 
@@ -361,11 +365,28 @@ impl PyRuleDecision {
     }
 }
 
+thread_local! {
+    /// One decision buffer per thread, handed back when a `PolicyDecision` is
+    /// dropped and reused by the next check on that thread.
+    static SPARE: Cell<Option<Decision>> = const { Cell::new(None) };
+}
+
 /// What `Policy.check` answers: truthy when every enforcing rule that matched
 /// admitted the request; `rules` has each matching rule's answer.
 #[pyclass(frozen, name = "PolicyDecision", module = "sluicegate._sluicegate")]
 pub struct PyPolicyDecision {
     inner: Decision,
+}
+
+impl Drop for PyPolicyDecision {
+    fn drop(&mut self) {
+        let mut d = std::mem::take(&mut self.inner);
+        // Keep the buffer, not the rules it refers to (a replaced policy's
+        // tables must not outlive it in a spare).
+        d.clear();
+        // During thread teardown the slot may be gone: then the buffer is freed.
+        let _ = SPARE.try_with(|s| s.set(Some(d)));
+    }
 }
 
 #[pymethods]

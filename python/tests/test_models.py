@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,42 +53,32 @@ exact_rates = st.tuples(st.integers(1, 10), st.sampled_from([1, 2, 5, 10])).map(
 )
 
 
+# The meter is the token bucket seen from the other side: level = burst − tokens,
+# so both answer as the token bucket's model.
+@pytest.mark.parametrize(("cls", "start"), [(sluicegate.TokenBucket, 7 * SEC), (sluicegate.LeakyBucket, 3 * SEC)])
 @given(exact_rates, st.integers(1, 8), steps)
-def test_token_bucket_matches_model(rate: tuple[int, int], burst: int, ops: list[tuple[int, int, bool]]) -> None:
+def test_bucket_matches_model(
+    cls: type, start: int, rate: tuple[int, int], burst: int, ops: list[tuple[int, int, bool]]
+) -> None:
     amount, period = rate
-    clock = sluicegate.ManualClock(7 * SEC)
-    tb = sluicegate.TokenBucket(amount=amount, period=period / SEC, burst=burst, clock=clock)
-    run(tb, TokenBucketModel(amount, period, burst), clock, ops)
+    clock = sluicegate.ManualClock(start)
+    run(cls(amount=amount, period=period / SEC, burst=burst, clock=clock), TokenBucketModel(amount, period, burst), clock, ops)
 
 
-@given(exact_rates, st.integers(1, 8), steps)
-def test_leaky_bucket_matches_model(rate: tuple[int, int], burst: int, ops: list[tuple[int, int, bool]]) -> None:
-    # The meter is the token bucket seen from the other side: level = burst − tokens.
-    amount, period = rate
-    clock = sluicegate.ManualClock(3 * SEC)
-    lb = sluicegate.LeakyBucket(amount=amount, period=period / SEC, burst=burst, clock=clock)
-    run(lb, TokenBucketModel(amount, period, burst), clock, ops)
-
-
+@pytest.mark.parametrize(
+    ("cls", "model", "start"),
+    [
+        (sluicegate.FixedWindow, FixedWindowModel, 11 * SEC + 123),
+        (sluicegate.SlidingWindow, SlidingWindowModel, 5 * SEC + 77),
+        (sluicegate.SlidingLog, SlidingLogModel, 2 * SEC),
+    ],
+)
 @given(st.integers(1, 10), st.sampled_from([SEC // 2, SEC, 3 * SEC]), steps)
-def test_fixed_window_matches_model(limit: int, window: int, ops: list[tuple[int, int, bool]]) -> None:
-    clock = sluicegate.ManualClock(11 * SEC + 123)
-    fw = sluicegate.FixedWindow(amount=limit, period=window / SEC, clock=clock)
-    run(fw, FixedWindowModel(limit, window), clock, ops)
-
-
-@given(st.integers(1, 10), st.sampled_from([SEC // 2, SEC, 3 * SEC]), steps)
-def test_sliding_window_matches_model(limit: int, window: int, ops: list[tuple[int, int, bool]]) -> None:
-    clock = sluicegate.ManualClock(5 * SEC + 77)
-    sw = sluicegate.SlidingWindow(amount=limit, period=window / SEC, clock=clock)
-    run(sw, SlidingWindowModel(limit, window), clock, ops)
-
-
-@given(st.integers(1, 10), st.sampled_from([SEC // 2, SEC, 3 * SEC]), steps)
-def test_sliding_log_matches_model(limit: int, window: int, ops: list[tuple[int, int, bool]]) -> None:
-    clock = sluicegate.ManualClock(2 * SEC)
-    log = sluicegate.SlidingLog(amount=limit, period=window / SEC, clock=clock)
-    run(log, SlidingLogModel(limit, window), clock, ops)
+def test_window_matches_model(
+    cls: type, model: type, start: int, limit: int, window: int, ops: list[tuple[int, int, bool]]
+) -> None:
+    clock = sluicegate.ManualClock(start)
+    run(cls(amount=limit, period=window / SEC, clock=clock), model(limit, window), clock, ops)
 
 
 @given(st.integers(1, 8), st.integers(1, 8), steps)

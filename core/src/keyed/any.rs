@@ -1,4 +1,4 @@
-//! [`AnyKeyed`]: a keyed limiter of any keyed [`Kind`], built from a [`Spec`] —
+//! [`AnyKeyed`]: a keyed limiter of any keyed [`Kind`](crate::Kind), built from a [`Spec`] —
 //! the one handle a binding holds for per-key limiting.
 
 use alloc::boxed::Box;
@@ -6,192 +6,26 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
-use super::{random_hasher, DefaultHashBuilder, FullPolicy, Group, Keyed, KeyedStats};
+use super::engine::{BuildKeyed, Engine};
+use super::{random_hasher, DefaultHashBuilder, FullPolicy, KeyedStats};
 use crate::any::Outcome;
 use crate::clock::Clock;
-use crate::compound::merge;
-use crate::error::{ConfigError, InsufficientCapacity};
-use crate::kind::Kind;
-use crate::limiter::Algorithm;
-use crate::shaper::{ShaperParams, Shaping};
+use crate::error::InsufficientCapacity;
+use crate::receipt::Receipt;
 use crate::spec::{Spec, SpecError};
 
-/// One table per limit of the spec, all hashing with the table's one hasher.
-type Table<A> = Keyed<A, (), Box<[Group]>, DefaultHashBuilder>;
+/// A key hashed by one table's secret seed ([`AnyKeyed::key_hash`]).
+///
+/// ```
+/// use sluicegate::{AnyKeyed, Kind, Spec};
+/// let t = AnyKeyed::with_clock(&Spec::parse(Kind::TokenBucket, "1/s")?, 8, ())?;
+/// assert_ne!(t.key_hash("a"), t.key_hash("b"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyHash(u64);
 
-/// The tables behind an [`AnyKeyed`], generic over the algorithm.
-trait Engine: Send + Sync + fmt::Debug {
-    fn run(
-        &self,
-        h: u64,
-        n: u64,
-        now: u64,
-        consume: bool,
-        refund_now: &dyn Fn() -> u64,
-    ) -> Result<Outcome, InsufficientCapacity>;
-    fn set_spec(&self, spec: &Spec) -> Result<(), SpecError>;
-    fn set_policy(&mut self, policy: FullPolicy);
-    fn stats(&self) -> KeyedStats;
-    fn len_at(&self, now: u64) -> usize;
-    fn capacity(&self) -> usize;
-    fn clear(&self);
-}
-
-#[derive(Debug)]
-struct Tables<A>(Box<[Table<A>]>);
-
-impl<A: Algorithm + fmt::Debug + 'static> Engine for Tables<A>
-where
-    Table<A>: Send + Sync,
-{
-    #[inline]
-    fn run(
-        &self,
-        h: u64,
-        n: u64,
-        now: u64,
-        consume: bool,
-        refund_now: &dyn Fn() -> u64,
-    ) -> Result<Outcome, InsufficientCapacity> {
-        if let [one] = &*self.0 {
-            let (step, _) = one.run(h, n, now, consume)?;
-            return Ok(Outcome {
-                decision: step.decision,
-                delay_ns: if consume && step.decision.allowed {
-                    step.delay_ns
-                } else {
-                    0
-                },
-            });
-        }
-        // All-or-nothing per key: peek every limit, then charge them in order and
-        // give back what was charged if one denies (a racing request got there).
-        let mut combined = None;
-        for t in self.0.iter() {
-            let (step, _) = t.run(h, n, now, false)?;
-            combined = Some(merge(combined, &step.decision));
-        }
-        let Some(peeked) = combined else {
-            return Ok(Outcome::plain(crate::Decision::never(0)));
-        };
-        if !consume || !peeked.allowed || n == 0 {
-            return Ok(Outcome::plain(peeked));
-        }
-        let mut taken = [(0u64, 0u64); Spec::MAX_LIMITS];
-        let mut combined = None;
-        for (i, t) in self.0.iter().enumerate() {
-            let charged = t.run(h, n, now, true);
-            match charged {
-                Ok((step, prev)) if step.decision.allowed => {
-                    taken[i] = (prev, step.next.unwrap_or(prev));
-                    combined = Some(merge(combined, &step.decision));
-                }
-                other => {
-                    for (earlier, &back) in self.0[..i].iter().zip(&taken[..i]) {
-                        earlier.give_back(h, n, back, refund_now);
-                    }
-                    let (step, _) = other?;
-                    return Ok(Outcome::plain(merge(combined, &step.decision)));
-                }
-            }
-        }
-        Ok(Outcome::plain(combined.unwrap_or(peeked)))
-    }
-
-    fn set_spec(&self, spec: &Spec) -> Result<(), SpecError> {
-        // Every limit's own check first, so a rejected spec changes nothing.
-        for (index, (t, q)) in self.0.iter().zip(spec.quotas()).enumerate() {
-            A::reparams(&t.params(), q).map_err(|error| SpecError::Config { index, error })?;
-        }
-        for (index, (t, q)) in self.0.iter().zip(spec.quotas()).enumerate() {
-            t.set_quota(q)
-                .map_err(|error| SpecError::Config { index, error })?;
-        }
-        Ok(())
-    }
-
-    fn set_policy(&mut self, policy: FullPolicy) {
-        for t in self.0.iter_mut() {
-            t.policy = policy;
-        }
-    }
-
-    fn stats(&self) -> KeyedStats {
-        self.0
-            .iter()
-            .map(Keyed::stats)
-            .fold(KeyedStats::default(), |a, s| KeyedStats {
-                inserted: a.inserted.wrapping_add(s.inserted),
-                reused: a.reused.wrapping_add(s.reused),
-                evicted: a.evicted.wrapping_add(s.evicted),
-                rejected: a.rejected.wrapping_add(s.rejected),
-                unlimited: a.unlimited.wrapping_add(s.unlimited),
-            })
-    }
-
-    fn len_at(&self, now: u64) -> usize {
-        self.0.iter().map(|t| t.len_at(now)).max().unwrap_or(0)
-    }
-
-    fn capacity(&self) -> usize {
-        self.0.first().map_or(0, Keyed::capacity)
-    }
-
-    fn clear(&self) {
-        for t in self.0.iter() {
-            t.clear();
-        }
-    }
-}
-
-/// The tables of a spec of a single-word algorithm `A`, one per limit.
-fn tables<A: Algorithm + fmt::Debug + 'static>(
-    spec: &Spec,
-    capacity: usize,
-    hasher: &DefaultHashBuilder,
-) -> Result<Box<dyn Engine>, SpecError>
-where
-    Table<A>: Send + Sync,
-{
-    let quotas = spec.quotas();
-    let mut v = alloc::vec::Vec::new();
-    v.try_reserve_exact(quotas.len())
-        .map_err(|_| SpecError::Alloc {
-            bytes: quotas
-                .len()
-                .saturating_mul(core::mem::size_of::<Table<A>>()),
-        })?;
-    for (index, q) in quotas.iter().enumerate() {
-        let t = Table::<A>::with_capacity_and_hasher(*q, capacity, hasher.clone(), ())
-            .map_err(|error| spec_error(index, error))?;
-        v.push(t);
-    }
-    Ok(Box::new(Tables(v.into_boxed_slice())))
-}
-
-/// The keyed shaper of a spec (one limit, with its max delay).
-fn shaper(
-    spec: &Spec,
-    capacity: usize,
-    hasher: &DefaultHashBuilder,
-) -> Result<Box<dyn Engine>, SpecError> {
-    let q = spec.quotas()[0];
-    ShaperParams::new(&q, spec.max_delay_ns()).map_err(|error| spec_error(0, error))?;
-    let t = Table::<Shaping>::with_capacity_and_hasher(q, capacity, hasher.clone(), ())
-        .map_err(|error| spec_error(0, error))?
-        .with_max_delay(spec.max_delay_ns());
-    Ok(Box::new(Tables(Box::new([t]))))
-}
-
-/// An allocation failure is the spec's; anything else names the quota.
-fn spec_error(index: usize, error: ConfigError) -> SpecError {
-    match error {
-        ConfigError::Alloc { bytes } => SpecError::Alloc { bytes },
-        error => SpecError::Config { index, error },
-    }
-}
-
-/// A keyed limiter of any keyed [`Kind`], from a [`Spec`]: one state per key in a
+/// A keyed limiter of any keyed [`Kind`](crate::Kind), from a [`Spec`]: one state per key in a
 /// bounded table ([`Keyed`], with its guarantees), one table per limit of a
 /// compound spec. A compound is all-or-nothing per key: a request is charged to
 /// every limit or to none (a denial by one limit gives back what the others
@@ -249,19 +83,11 @@ impl<C> AnyKeyed<C> {
             });
         }
         let hasher = random_hasher();
-        let engine = match kind {
-            Kind::TokenBucket => tables::<crate::token_bucket::Gcra>(spec, capacity, &hasher),
-            Kind::LeakyBucket => tables::<crate::token_bucket::Leaky>(spec, capacity, &hasher),
-            Kind::Shaper => shaper(spec, capacity, &hasher),
-            Kind::FixedWindow => tables::<crate::fixed_window::Fixed>(spec, capacity, &hasher),
-            Kind::SlidingWindow => {
-                tables::<crate::sliding_window::Sliding>(spec, capacity, &hasher)
-            }
-            Kind::SlidingLog => Err(SpecError::Unsupported {
-                kind,
-                what: "keyed limiting",
-            }),
-        }?;
+        let engine = kind.dispatch(BuildKeyed {
+            spec,
+            capacity,
+            hasher: &hasher,
+        })?;
         Ok(Self {
             engine,
             hasher,
@@ -309,7 +135,9 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
-        self.engine.run(h, n, now, true, &|| now)
+        self.engine
+            .run(h, n, now, true, &|| now, None)
+            .map(|(o, _)| o)
     }
 
     /// What [`Self::check_n_at`] would answer, charging nothing.
@@ -330,7 +158,155 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
-        self.engine.run(h, n, now, false, &|| now)
+        self.engine
+            .run(h, n, now, false, &|| now, None)
+            .map(|(o, _)| o)
+    }
+
+    /// The key's hash under this table's secret seed, to check it several times
+    /// without hashing it again ([`Self::check_n_at_hashed`]). Only meaningful
+    /// to the table that computed it (another table's seed differs).
+    ///
+    /// ```
+    /// use sluicegate::{AnyKeyed, Kind, Spec};
+    /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::TokenBucket, "2/s")?, 64, ())?;
+    /// let k = t.key_hash("10.0.0.1");
+    /// assert_eq!(k, t.key_hash("10.0.0.1"));
+    /// assert!(t.check_n_at_hashed(k, 1, 0)?.decision.allowed);
+    /// assert_eq!(t.check_n_at("10.0.0.1", 1, 0)?.decision.remaining, 0); // the same key
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn key_hash<K: Hash + ?Sized>(&self, key: &K) -> KeyHash {
+        KeyHash(self.hasher.hash_one(key))
+    }
+
+    /// [`Self::check_n_at`] for a key hashed by [`Self::key_hash`].
+    ///
+    /// ```
+    /// use sluicegate::{AnyKeyed, Kind, Spec};
+    /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::FixedWindow, "1/s")?, 64, ())?;
+    /// let k = t.key_hash(&42u64);
+    /// assert!(t.check_n_at_hashed(k, 1, 0)?.decision.allowed);
+    /// assert!(!t.check_n_at_hashed(k, 1, 0)?.decision.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n_at_hashed(
+        &self,
+        key: KeyHash,
+        n: u64,
+        now: u64,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        self.engine
+            .run(key.0, n, now, true, &|| now, None)
+            .map(|(o, _)| o)
+    }
+
+    /// [`Self::peek_n_at`] for a key hashed by [`Self::key_hash`].
+    ///
+    /// ```
+    /// use sluicegate::{AnyKeyed, Kind, Spec};
+    /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::FixedWindow, "3/s")?, 64, ())?;
+    /// assert_eq!(t.peek_n_at_hashed(t.key_hash("a"), 1, 0)?.decision.remaining, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn peek_n_at_hashed(
+        &self,
+        key: KeyHash,
+        n: u64,
+        now: u64,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        self.engine
+            .run(key.0, n, now, false, &|| now, None)
+            .map(|(o, _)| o)
+    }
+
+    /// [`Self::check_n_at`], writing into `receipt` what it took, for
+    /// [`Self::refund`] (overwritten; empty for a denial or a cost of 0).
+    ///
+    /// ```
+    /// use sluicegate::{AnyKeyed, Kind, Receipt, Spec};
+    /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::SlidingWindow, "3/s")?, 64, ())?;
+    /// let mut r = Receipt::empty();
+    /// assert!(t.check_n_at_receipt("k", 2, 0, &mut r)?.decision.allowed);
+    /// assert_eq!(r.units(), 2);
+    /// t.refund(&mut r, 0);
+    /// assert_eq!(t.peek_n_at("k", 0, 0)?.decision.remaining, 3); // all back
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n_at_receipt<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        n: u64,
+        now: u64,
+        receipt: &mut Receipt,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        self.check_n_at_hashed_receipt(self.key_hash(key), n, now, receipt)
+    }
+
+    /// [`Self::check_n_at_receipt`] for a key hashed by [`Self::key_hash`].
+    ///
+    /// ```
+    /// use sluicegate::{AnyKeyed, Kind, Receipt, Spec};
+    /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::TokenBucket, "1/s; 5/min")?, 64, ())?;
+    /// let (k, mut r) = (t.key_hash("k"), Receipt::empty());
+    /// t.check_n_at_hashed_receipt(k, 1, 0, &mut r)?;
+    /// assert!(!t.check_n_at_hashed(k, 1, 0)?.decision.allowed);
+    /// t.refund(&mut r, 0);
+    /// assert!(t.check_n_at_hashed(k, 1, 0)?.decision.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n_at_hashed_receipt(
+        &self,
+        key: KeyHash,
+        n: u64,
+        now: u64,
+        receipt: &mut Receipt,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        receipt.len = 0;
+        let (o, len) = self
+            .engine
+            .run(key.0, n, now, true, &|| now, Some(&mut receipt.taken))?;
+        if len > 0 {
+            receipt.owner = self.owner();
+            receipt.key = key.0;
+            receipt.n = n;
+            receipt.len = len as u8;
+        }
+        Ok(o)
+    }
+
+    /// Gives back what the admission recorded in `receipt` took from its key,
+    /// never more (see [`Receipt`]), and empties it. A key evicted since gets
+    /// nothing back (its charged state may be in the table's sketch: the units
+    /// stay spent); a receipt of another handle gives nothing back. `now` is
+    /// read only when other admissions changed the key's state since.
+    ///
+    /// ```
+    /// use sluicegate::{AnyKeyed, Kind, Receipt, Spec};
+    /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::TokenBucket, "2/s")?, 64, ())?;
+    /// let mut r = Receipt::empty();
+    /// t.check_n_at_receipt("a", 1, 0, &mut r)?;
+    /// assert!(t.check_n_at("a", 1, 0)?.decision.allowed); // another request's unit
+    /// t.refund(&mut r, 0);
+    /// t.refund(&mut r, 0); // spent: nothing more
+    /// assert_eq!(t.peek_n_at("a", 0, 0)?.decision.remaining, 1); // one back, not two
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, receipt: &mut Receipt, now: u64) {
+        if let Some(taken) = receipt.taken_by(self.owner()) {
+            self.engine.give_back(receipt.key, receipt.n, taken, now);
+            receipt.len = 0;
+        }
+    }
+
+    /// This handle's identity in receipts.
+    fn owner(&self) -> usize {
+        &*self.engine as *const dyn Engine as *const u8 as usize
     }
 
     /// Changes the quotas of every key at once (same kind, same number of
@@ -466,7 +442,8 @@ impl<C: Clock> AnyKeyed<C> {
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
         self.engine
-            .run(h, n, self.clock.now(), true, &|| self.clock.now())
+            .run(h, n, self.clock.now(), true, &|| self.clock.now(), None)
+            .map(|(o, _)| o)
     }
 
     /// [`Self::peek_n_at`] on the clock.

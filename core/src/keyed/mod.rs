@@ -89,6 +89,8 @@
 #[cfg(feature = "std")]
 mod any;
 mod check;
+#[cfg(feature = "std")]
+mod engine;
 mod sketch;
 mod slot;
 mod stats;
@@ -105,7 +107,7 @@ use crate::limiter::{Algorithm, ConfigCell};
 use crate::quota::Quota;
 
 #[cfg(feature = "std")]
-pub use any::AnyKeyed;
+pub use any::{AnyKeyed, KeyHash};
 use sketch::Cells;
 use slot::{fp_of, state_of};
 pub use slot::{Group, Slot, GROUP_SLOTS};

@@ -88,7 +88,31 @@ fuzz_target!(|data: &[u8]| {
             &mut err,
         )
     };
-    assert!(n <= 4);
+    // Counting first (NULL, 0) agrees with parsing into the array: the same
+    // verdict on the string, the same count; a too-small array reports it too.
+    let mut counted = 0usize;
+    // SAFETY: `rest` is readable for its length; NULL with capacity 0 counts.
+    let cs = unsafe {
+        sluicegate_config_parse_list(
+            rest.as_ptr().cast(),
+            rest.len(),
+            ptr::null_mut(),
+            0,
+            &mut counted,
+            &mut err,
+        )
+    };
+    if s == sluicegate_status::SLUICEGATE_ERR_BUFFER_TOO_SMALL {
+        assert!(
+            ok(cs) && counted == n && n > 4,
+            "{s:?} {cs:?} {n} {counted}"
+        );
+    } else {
+        assert!(n <= 4);
+        if ok(s) {
+            assert!(ok(cs) && counted == n, "{cs:?} {n} {counted}");
+        }
+    }
     if ok(s) && n > 0 {
         let mut l: *mut sluicegate_limiter = ptr::null_mut();
         // SAFETY: `n` prepared configs; a valid out pointer.

@@ -359,7 +359,27 @@ static void test_parse(void) {
     sluicegate_limiter_free(l);
     s = "1/s; 2/m; 3/h";
     EXPECT_STATUS(sluicegate_config_parse_list(s, strlen(s), list, 2, &n, &e), SLUICEGATE_ERR_BUFFER_TOO_SMALL);
-    EXPECT(n == 0 && e.position == 10);
+    EXPECT(n == 3 && e.position == 10); /* how many it holds */
+    /* Counting first (the snprintf convention): NULL with capacity 0. */
+    n = 99;
+    EXPECT_STATUS(sluicegate_config_parse_list(s, strlen(s), NULL, 0, &n, &e), SLUICEGATE_OK);
+    EXPECT(n == 3 && e.message == NULL);
+    s = "5 per minute";
+    EXPECT_STATUS(sluicegate_config_parse_list(s, strlen(s), NULL, 0, &n, &e), SLUICEGATE_OK);
+    EXPECT(n == 1);
+    /* ... and the whole string is still validated. */
+    s = "1/s; 2/m; 3/fortnight";
+    EXPECT_STATUS(sluicegate_config_parse_list(s, strlen(s), NULL, 0, &n, &e), SLUICEGATE_ERR_PARSE);
+    EXPECT(n == 0 && e.position == 12 && e.message != NULL);
+    EXPECT_STATUS(sluicegate_config_parse_list(s, strlen(s), list, 1, &n, &e), SLUICEGATE_ERR_PARSE);
+    EXPECT(n == 0 && e.position == 12);
+    EXPECT_STATUS(sluicegate_config_parse_list("", 0, NULL, 0, &n, &e), SLUICEGATE_ERR_PARSE);
+    EXPECT(n == 0);
+    EXPECT_STATUS(sluicegate_config_parse_list("1/s", 3, NULL, 0, NULL, &e), SLUICEGATE_ERR_NULL);
+    /* A non-NULL array of capacity 0 is too small, and says how many. */
+    s = "1/s; 2/m";
+    EXPECT_STATUS(sluicegate_config_parse_list(s, strlen(s), list, 0, &n, &e), SLUICEGATE_ERR_BUFFER_TOO_SMALL);
+    EXPECT(n == 2 && e.position == 0);
     s = "1/s; 2/year";
     EXPECT_STATUS(sluicegate_config_parse_list(s, strlen(s), list, 4, &n, &e), SLUICEGATE_ERR_PARSE);
     EXPECT(n == 0 && e.position == 7);

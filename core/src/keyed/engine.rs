@@ -1,0 +1,223 @@
+//! The tables behind an [`super::AnyKeyed`], generic over the algorithm, and their
+//! construction from a spec's kind (a [`Dispatch`], like every per-kind build).
+
+use alloc::boxed::Box;
+use core::fmt;
+
+use super::{DefaultHashBuilder, FullPolicy, Group, Keyed, KeyedStats};
+use crate::any::Outcome;
+use crate::compound::merge;
+use crate::error::{ConfigError, InsufficientCapacity};
+use crate::kind::Dispatch;
+use crate::limiter::Algorithm;
+use crate::shaper::{ShaperParams, Shaping};
+use crate::spec::{Spec, SpecError};
+
+/// One table per limit of the spec, all hashing with the table's one hasher.
+type Table<A> = Keyed<A, (), Box<[Group]>, DefaultHashBuilder>;
+
+/// Per limit, the words before and after an admission (a receipt's contents).
+pub(super) type Taken = [(u64, u64); Spec::MAX_LIMITS];
+
+/// The tables behind an [`super::AnyKeyed`], generic over the algorithm.
+pub(super) trait Engine: Send + Sync + fmt::Debug {
+    /// One decision for the key of hash `h`; with `taken`, a consuming admission
+    /// records what each limit took there and returns how many it recorded.
+    fn run(
+        &self,
+        h: u64,
+        n: u64,
+        now: u64,
+        consume: bool,
+        refund_now: &dyn Fn() -> u64,
+        taken: Option<&mut Taken>,
+    ) -> Result<(Outcome, usize), InsufficientCapacity>;
+    /// Gives back `n` units the key of hash `h` took (as recorded in `taken`).
+    fn give_back(&self, h: u64, n: u64, taken: &[(u64, u64)], now: u64);
+    fn set_spec(&self, spec: &Spec) -> Result<(), SpecError>;
+    fn set_policy(&mut self, policy: FullPolicy);
+    fn stats(&self) -> KeyedStats;
+    fn len_at(&self, now: u64) -> usize;
+    fn capacity(&self) -> usize;
+    fn clear(&self);
+}
+
+#[derive(Debug)]
+struct Tables<A>(Box<[Table<A>]>);
+
+impl<A: Algorithm + fmt::Debug + 'static> Engine for Tables<A>
+where
+    Table<A>: Send + Sync,
+{
+    #[inline]
+    fn run(
+        &self,
+        h: u64,
+        n: u64,
+        now: u64,
+        consume: bool,
+        refund_now: &dyn Fn() -> u64,
+        taken: Option<&mut Taken>,
+    ) -> Result<(Outcome, usize), InsufficientCapacity> {
+        if let [one] = &*self.0 {
+            let (step, prev) = one.run(h, n, now, consume)?;
+            let admitted = consume && step.decision.allowed;
+            let mut len = 0;
+            match (taken, step.next) {
+                // A state that did not change took nothing to give back.
+                (Some(taken), Some(next)) if admitted && next != prev => {
+                    taken[0] = (prev, next);
+                    len = 1;
+                }
+                _ => {}
+            }
+            let delay_ns = if admitted { step.delay_ns } else { 0 };
+            let decision = step.decision;
+            return Ok((Outcome { decision, delay_ns }, len));
+        }
+        // All-or-nothing per key: peek every limit, then charge them in order and
+        // give back what was charged if one denies (a racing request got there).
+        let mut combined = None;
+        for t in self.0.iter() {
+            let (step, _) = t.run(h, n, now, false)?;
+            combined = Some(merge(combined, &step.decision));
+        }
+        let Some(peeked) = combined else {
+            return Ok((Outcome::plain(crate::Decision::never(0)), 0));
+        };
+        if !consume || !peeked.allowed || n == 0 {
+            return Ok((Outcome::plain(peeked), 0));
+        }
+        let mut scratch = [(0u64, 0u64); Spec::MAX_LIMITS];
+        let (record, out) = match taken {
+            Some(t) => (t, true),
+            None => (&mut scratch, false),
+        };
+        let mut combined = None;
+        for (i, t) in self.0.iter().enumerate() {
+            match t.run(h, n, now, true) {
+                Ok((step, prev)) if step.decision.allowed => {
+                    record[i] = (prev, step.next.unwrap_or(prev));
+                    combined = Some(merge(combined, &step.decision));
+                }
+                other => {
+                    for (earlier, &back) in self.0[..i].iter().zip(&record[..i]) {
+                        earlier.give_back(h, n, back, refund_now);
+                    }
+                    let (step, _) = other?;
+                    return Ok((Outcome::plain(merge(combined, &step.decision)), 0));
+                }
+            }
+        }
+        let len = if out { self.0.len() } else { 0 };
+        Ok((Outcome::plain(combined.unwrap_or(peeked)), len))
+    }
+
+    fn give_back(&self, h: u64, n: u64, taken: &[(u64, u64)], now: u64) {
+        for (t, &back) in self.0.iter().zip(taken) {
+            t.give_back(h, n, back, || now);
+        }
+    }
+
+    fn set_spec(&self, spec: &Spec) -> Result<(), SpecError> {
+        // Every limit's own check first, so a rejected spec changes nothing.
+        for (index, (t, q)) in self.0.iter().zip(spec.quotas()).enumerate() {
+            A::reparams(&t.params(), q).map_err(|error| SpecError::Config { index, error })?;
+        }
+        for (index, (t, q)) in self.0.iter().zip(spec.quotas()).enumerate() {
+            t.set_quota(q)
+                .map_err(|error| SpecError::Config { index, error })?;
+        }
+        Ok(())
+    }
+
+    fn set_policy(&mut self, policy: FullPolicy) {
+        for t in self.0.iter_mut() {
+            t.policy = policy;
+        }
+    }
+
+    fn stats(&self) -> KeyedStats {
+        self.0
+            .iter()
+            .map(Keyed::stats)
+            .fold(KeyedStats::default(), |a, s| KeyedStats {
+                inserted: a.inserted.wrapping_add(s.inserted),
+                reused: a.reused.wrapping_add(s.reused),
+                evicted: a.evicted.wrapping_add(s.evicted),
+                rejected: a.rejected.wrapping_add(s.rejected),
+                unlimited: a.unlimited.wrapping_add(s.unlimited),
+            })
+    }
+
+    fn len_at(&self, now: u64) -> usize {
+        self.0.iter().map(|t| t.len_at(now)).max().unwrap_or(0)
+    }
+
+    fn capacity(&self) -> usize {
+        self.0.first().map_or(0, Keyed::capacity)
+    }
+
+    fn clear(&self) {
+        for t in self.0.iter() {
+            t.clear();
+        }
+    }
+}
+
+/// Builds the tables of a spec whose kind is keyed (see `Kind::dispatch`).
+pub(super) struct BuildKeyed<'a> {
+    pub spec: &'a Spec,
+    pub capacity: usize,
+    pub hasher: &'a DefaultHashBuilder,
+}
+
+impl Dispatch for BuildKeyed<'_> {
+    type Output = Result<Box<dyn Engine>, SpecError>;
+
+    /// One table per limit.
+    fn word<A: Algorithm + fmt::Debug + Send + Sync + 'static>(self) -> Self::Output {
+        let quotas = self.spec.quotas();
+        let mut v = alloc::vec::Vec::new();
+        v.try_reserve_exact(quotas.len())
+            .map_err(|_| SpecError::Alloc {
+                bytes: quotas
+                    .len()
+                    .saturating_mul(core::mem::size_of::<Table<A>>()),
+            })?;
+        for (index, q) in quotas.iter().enumerate() {
+            let t =
+                Table::<A>::with_capacity_and_hasher(*q, self.capacity, self.hasher.clone(), ())
+                    .map_err(|error| spec_error(index, error))?;
+            v.push(t);
+        }
+        Ok(Box::new(Tables(v.into_boxed_slice())))
+    }
+
+    /// One limit, with its max delay.
+    fn shaper(self) -> Self::Output {
+        let q = self.spec.quotas()[0];
+        ShaperParams::new(&q, self.spec.max_delay_ns()).map_err(|error| spec_error(0, error))?;
+        let t =
+            Table::<Shaping>::with_capacity_and_hasher(q, self.capacity, self.hasher.clone(), ())
+                .map_err(|error| spec_error(0, error))?
+                .with_max_delay(self.spec.max_delay_ns());
+        Ok(Box::new(Tables(Box::new([t]))))
+    }
+
+    /// The log's state is not one word: no keyed form (`Caps::keyed` says so).
+    fn log(self) -> Self::Output {
+        Err(SpecError::Unsupported {
+            kind: self.spec.kind(),
+            what: "keyed limiting",
+        })
+    }
+}
+
+/// An allocation failure is the spec's; anything else names the quota.
+fn spec_error(index: usize, error: ConfigError) -> SpecError {
+    match error {
+        ConfigError::Alloc { bytes } => SpecError::Alloc { bytes },
+        error => SpecError::Config { index, error },
+    }
+}

@@ -1,0 +1,245 @@
+//! The check of one request: which rules match, and the charge across them.
+//!
+//! # All-or-nothing across rules: charge in turn, give back on a denial
+//! A request is admitted only if every enforcing rule that matches admits it, and
+//! a denial by one rule consumes nothing from the others. The check runs each
+//! matching enforcing rule's own atomic check once, in file order, keeping a
+//! receipt of what each took (core's `check_n_at_receipt`). When one denies, the
+//! rules already charged are refunded (`refund`): each gets back exactly what
+//! this request took, never more, whatever other requests did in between.
+//!
+//! * *Never over-admits:* every unit a rule admits is admitted by that rule's own
+//!   atomic check, so no rule, under any interleaving of threads, admits beyond
+//!   its quota.
+//! * *A denial consumes nothing*, under any interleaving: the only units a denied
+//!   request ever held are given back. Two documented exceptions, both
+//!   conservative (early to limit, never late): a keyed rule whose key was
+//!   evicted from its full table in between gets nothing back (its state went to
+//!   the table's sketch with the charge in it), and rules that cannot give back
+//!   (below) keep theirs.
+//!
+//! Rules whose limiter cannot give back — `redis`/`hybrid` rules (the shared
+//! backend keeps no receipts), striped rules and sliding logs — run after the
+//! others, by peek-then-commit: all but the last are peeked, the last is
+//! checked, then the peeked ones are charged. With at most one such rule per
+//! request the whole check is exact; with several, a request that passed a
+//! peek and then lost the rule's last units to a concurrent request is denied,
+//! and such rules it already committed keep that charge.
+//!
+//! Shadow rules are checked on their own (charged when they would admit), counted,
+//! and never deny or block the others. Denied requests peek the enforcing rules
+//! they never reached, for their headers.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use sluicegate::{Decision as Verdict, Outcome, Receipt};
+
+use crate::attrs::AttrName;
+use crate::backend::Answer;
+use crate::decision::{Decision, Item, Pending, Stage};
+use crate::def::Mode;
+use crate::index::{bits, Mask};
+use crate::key::{KeyRef, Lookup};
+use crate::metrics::bump;
+use crate::policy::{Compiled, Rule};
+
+/// One rule run for one request.
+struct Ctx<'a, L: ?Sized> {
+    lookup: &'a L,
+    names: &'a [AttrName],
+    v6: u8,
+    n: u64,
+    now: u64,
+}
+
+impl<L: Lookup + ?Sized> Ctx<'_, L> {
+    fn matches(&self, rule: &Rule) -> bool {
+        rule.conds.iter().all(|(i, c)| {
+            let name = &self.names[usize::from(*i)];
+            c.matches_with(self.lookup.value(*i, name), || self.lookup.ip(*i, name))
+        })
+    }
+
+    /// Checks (`consume`, writing `receipt`) or peeks at the rule: the outcome and
+    /// whether its shared backend failed.
+    fn run(&self, rule: &Rule, consume: bool, receipt: &mut Receipt) -> (Outcome, bool) {
+        let key = KeyRef {
+            lookup: self.lookup,
+            names: self.names,
+            idx: &rule.key,
+            ipv6_prefix: self.v6,
+        };
+        match rule
+            .limiter
+            .run(&key, || key.text(), self.n, self.now, consume, receipt)
+        {
+            Ok(Answer::Decided(o)) => (o, false),
+            Ok(Answer::Fallback(o)) => {
+                bump(&rule.metrics.backend_errors);
+                (o, true)
+            }
+            Err(_) => (plain(Verdict::never(rule.def.spec().capacity())), false),
+        }
+    }
+
+    /// Runs `out.items[i]` and records its outcome; a check of a rule that can
+    /// give back keeps its receipt. Whether the rule admitted.
+    fn set(
+        &self,
+        snap: &Compiled,
+        out: &mut Decision,
+        pending: &mut Pending,
+        i: usize,
+        consume: bool,
+    ) -> bool {
+        let rule = &snap.rules[out.items[i].rule as usize];
+        let (o, e) = self.run(rule, consume, pending.next());
+        let it = &mut out.items[i];
+        it.outcome = o;
+        it.backend_error |= e;
+        it.stage = if consume {
+            Stage::Checked
+        } else {
+            Stage::Peeked
+        };
+        if consume && o.decision.allowed && rule.refundable {
+            pending.keep(it.rule);
+        }
+        o.decision.allowed
+    }
+}
+
+/// An outcome without a wait.
+fn plain(decision: Verdict) -> Outcome {
+    Outcome {
+        decision,
+        delay_ns: 0,
+    }
+}
+
+thread_local! {
+    /// The receipts of this thread's check in progress (slots reused).
+    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+}
+
+pub(crate) fn decide<L: Lookup + ?Sized>(
+    snap: Arc<Compiled>,
+    lookup: &L,
+    n: u64,
+    now: u64,
+    out: &mut Decision,
+) {
+    PENDING.with(|p| match p.try_borrow_mut() {
+        Ok(mut pending) => decide_with(snap, lookup, n, now, out, &mut pending),
+        // A check inside a check on this thread (a remote limiter calling back
+        // into a policy): its own list.
+        Err(_) => decide_with(snap, lookup, n, now, out, &mut Pending::default()),
+    });
+}
+
+fn decide_with<L: Lookup + ?Sized>(
+    snap: Arc<Compiled>,
+    lookup: &L,
+    n: u64,
+    now: u64,
+    out: &mut Decision,
+    pending: &mut Pending,
+) {
+    out.items.clear();
+    pending.clear();
+    let cx = Ctx {
+        lookup,
+        names: &snap.names,
+        v6: snap.def.ipv6_prefix,
+        n,
+        now,
+    };
+    let mut mask = Mask::default();
+    let indexed = snap.index.candidates(lookup, &snap.names, &mut mask);
+    let candidates: &mut dyn Iterator<Item = usize> = if indexed {
+        &mut bits(&mask)
+    } else {
+        &mut (0..snap.rules.len())
+    };
+    // 1. In file order: shadow rules on their own; enforcing rules that can give
+    // back are charged until one denies; the others wait.
+    let mut denied = false;
+    let mut deferred = false;
+    for i in candidates {
+        let rule = &snap.rules[i];
+        if !cx.matches(rule) {
+            continue;
+        }
+        let idx = out.items.len();
+        out.items.push(Item {
+            rule: i as u32,
+            outcome: plain(Verdict::never(0)),
+            backend_error: false,
+            stage: Stage::Todo,
+        });
+        match rule.def.mode() {
+            Mode::Shadow => {
+                // Shadow charges stay: the slot is reused, not kept.
+                let (o, e) = cx.run(rule, true, pending.next());
+                let it = &mut out.items[idx];
+                (it.outcome, it.backend_error, it.stage) = (o, e, Stage::Checked);
+                bump(if o.decision.allowed {
+                    &rule.metrics.allowed
+                } else {
+                    &rule.metrics.shadow_denied
+                });
+            }
+            Mode::Enforce if denied => {}
+            Mode::Enforce if rule.refundable => {
+                denied = !cx.set(&snap, out, pending, idx, true);
+            }
+            Mode::Enforce => deferred = true,
+        }
+    }
+    // 2. The rules that cannot give back: peek all but the last, check the last,
+    // then charge the peeked ones.
+    let waiting = |it: &Item| it.stage == Stage::Todo && snap.rules[it.rule as usize].enforce;
+    if deferred && !denied {
+        let last = out.items.iter().rposition(waiting);
+        for i in 0..out.items.len() {
+            if !denied && Some(i) != last && waiting(&out.items[i]) {
+                denied = !cx.set(&snap, out, pending, i, false);
+            }
+        }
+        if let Some(last) = last.filter(|_| !denied) {
+            denied = !cx.set(&snap, out, pending, last, true);
+        }
+        for i in 0..out.items.len() {
+            if !denied && out.items[i].stage == Stage::Peeked {
+                denied = !cx.set(&snap, out, pending, i, true);
+            }
+        }
+    }
+    // 3. A denial gives back every charge this request made, and peeks the
+    // enforcing rules it never reached (for their headers).
+    if denied {
+        for (rule, receipt) in pending.drain() {
+            snap.rules[*rule as usize].limiter.refund(receipt, now);
+        }
+        for i in 0..out.items.len() {
+            if waiting(&out.items[i]) {
+                cx.set(&snap, out, pending, i, false);
+            }
+        }
+    }
+    pending.clear();
+    for it in out.items.iter() {
+        let rule = &snap.rules[it.rule as usize];
+        if !rule.enforce {
+            continue;
+        }
+        if !it.outcome.decision.allowed {
+            bump(&rule.metrics.denied);
+        } else if !denied {
+            bump(&rule.metrics.allowed);
+        }
+    }
+    out.allowed = !denied;
+    out.snapshot = Some(snap);
+}
