@@ -44,6 +44,10 @@ async fn steady_rate_under_the_quota_is_served_locally() {
         }
     }
     let s = h.stats();
+    eprintln!(
+        "steady 500/s under 2000/s: {:.1}% local ({s:?})",
+        100.0 * s.local_share()
+    );
     assert_eq!(allowed, 500, "under the quota everything is admitted");
     assert!(
         s.local_share() >= 0.95,
@@ -98,6 +102,10 @@ async fn the_global_quota_is_never_exceeded_by_a_fleet() {
     );
     let local: u64 = fleet.iter().map(|h| h.stats().local).sum();
     let trips: u64 = fleet.iter().map(|h| h.stats().round_trips).sum();
+    eprintln!(
+        "fleet of 4 at saturation: {a} admitted in {elapsed:.3} s (bound {bound:.0}), {local} answered locally, {trips} round trips ({:.1}% local)",
+        100.0 * local as f64 / (local + trips).max(1) as f64
+    );
     assert!(
         local > trips,
         "the local tier answered {local}, Redis {trips}"
