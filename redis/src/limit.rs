@@ -136,7 +136,7 @@ impl Limit {
     /// ```
     /// use sluicegate_redis::Limit;
     /// use sluicegate::{Kind, Quota};
-    /// let l = Limit::from_parts(Kind::Shaper, Quota::per_second(10), 300_000_000).unwrap();
+    /// let l = Limit::from_parts(Kind::Shaper, Quota::per_second(10).burst(1), 300_000_000).unwrap();
     /// assert_eq!(l.capacity(), 1 + 3); // the burst plus what the delay allows
     /// assert!(Limit::from_parts(Kind::TokenBucket, Quota::per_second(10), 1).is_err());
     /// ```
