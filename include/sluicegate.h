@@ -382,6 +382,13 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
     /**
+     * Redis refused this key's call because of the key's own data (a value of
+     * another type at the key, `WRONGTYPE`, or a script error over its value):
+     * this check failed, the other keys go on, and the circuit breaker does not
+     * count it (not an unavailable server, so no failure policy answers).
+     */
+    SLUICEGATE_ERR_REDIS_DATA = 301,
+    /**
      * Memory for a new handle could not be allocated (a keyed table's slots, a
      * sliding log's ring, a policy's tables), or its size overflows. Nothing
      * was allocated.
@@ -1378,7 +1385,8 @@ sluicegate_status sluicegate_policy_decision_ratelimit_policy(const struct sluic
  *   `SLUICEGATE_ERR_BAD_URL`. The server is not contacted here: it connects on
  *   the first check, so an unreachable server is no error (the failure policy
  *   answers the checks until it is back).
- * * `name`: the limit's name, part of every Redis key (`{prefix}{name}:{key}`);
+ * * `name`: the limit's name, part of every Redis key
+ *   (`{prefix}{name}:{algorithm}:{key}`);
  *   every client (C, Rust, Python) of the same server, prefix and name shares
  *   one state per key. UTF-8, without `{` (`SLUICEGATE_ERR_CONFIG_INVALID`).
  * * `limit`: a `sluicegate_config` as for `sluicegate_limiter_new`: any
@@ -1430,9 +1438,11 @@ void sluicegate_redis_free(struct sluicegate_redis *redis);
  * replayed (it may have been charged on the server).
  *
  * Errors: `SLUICEGATE_ERR_NULL` (`redis`, `key` or `out`),
- * `SLUICEGATE_ERR_EMPTY_KEY`, `SLUICEGATE_ERR_NOT_UTF8`, and
+ * `SLUICEGATE_ERR_EMPTY_KEY`, `SLUICEGATE_ERR_NOT_UTF8`,
  * `SLUICEGATE_ERR_INSUFFICIENT_CAPACITY` for an `n` above the limit's capacity
- * (never sent; a denial whose `limit` is the capacity is written to `*out`).
+ * (never sent; a denial whose `limit` is the capacity is written to `*out`),
+ * and `SLUICEGATE_ERR_REDIS_DATA` when Redis refused this key's call because of
+ * the value stored at it (this key only; no failure policy answers it).
  * `*source` is written only with `SLUICEGATE_OK`.
  *
  * # Safety

@@ -24,17 +24,15 @@
 //! # Keys are text
 //! A key is `key_len` bytes, not NUL-terminated, and must be valid UTF-8
 //! (`SLUICEGATE_ERR_NOT_UTF8` otherwise): the Redis key is
-//! `{prefix}{name}:{<key>}`, the same one the Rust and Python clients of the same
+//! `{prefix}{name}:{algorithm}:{<key>}`, the same one the Rust and Python clients of the same
 //! limit use, so they all share its state. Encode a binary key (an IPv4 address
 //! as 4 bytes) as text first, the same way in every client (dotted quad, hex).
 
 use core::ffi::{c_char, CStr};
 use core::time::Duration;
 
-use sluicegate::Kind;
-
 use ::sluicegate_redis::blocking::RedisLimiter;
-use ::sluicegate_redis::{Algorithm, Backend, Config, Error, FailurePolicy, Limit, Source};
+use ::sluicegate_redis::{Backend, Config, Error, FailurePolicy, Limit, Source};
 
 use crate::boundary::{guard, guard_void};
 use crate::config::sluicegate_config;
@@ -196,13 +194,21 @@ unsafe fn text<'a>(p: *const c_char) -> Result<&'a str, sluicegate_status> {
         .map_err(|_| SLUICEGATE_ERR_NOT_UTF8)
 }
 
-/// The status of a `sluicegate-redis` error.
+/// The status of a `sluicegate-redis` error: a bad URL; the core's error about
+/// the limit itself (its own status) or an allocation that failed; any other
+/// configuration error (valid locally, not on Redis: a resolution or bound of the
+/// scripts, a local fallback share that is no valid limit); a per-key data error.
 fn status(e: Error) -> sluicegate_status {
+    use sluicegate::SpecError;
     match e {
-        Error::Config(c) => c.into(),
-        Error::Resolution { .. } => SLUICEGATE_ERR_CONFIG_RESOLUTION,
+        Error::Config(c) if c.field() == "url" => SLUICEGATE_ERR_BAD_URL,
+        Error::Config(c) => match c.spec_error() {
+            Some(s @ SpecError::Alloc { .. }) => (*s).into(),
+            Some(s) if c.field() == "spec" => (*s).into(),
+            _ => SLUICEGATE_ERR_CONFIG_RESOLUTION,
+        },
         Error::Capacity(_) => SLUICEGATE_ERR_INSUFFICIENT_CAPACITY,
-        Error::Url(_) => SLUICEGATE_ERR_BAD_URL,
+        Error::Data(_) | Error::Reply(_) => SLUICEGATE_ERR_REDIS_DATA,
         // Redis being unavailable is the failure policy's to answer; the checks
         // never return it. Anything else has no more specific code.
         _ => SLUICEGATE_ERR_SYSTEM,
@@ -275,20 +281,13 @@ unsafe fn settings(c: &sluicegate_redis_config) -> Result<Config, sluicegate_sta
     Ok(cfg)
 }
 
-/// The Redis algorithm of a validated config; the sliding log has no Redis
-/// script.
+/// The Redis limit of a validated config; a kind without a Redis script (the
+/// sliding log: see `Caps::redis`) is unsupported.
 fn redis_limit(spec: &LimitConfig) -> Result<Limit, sluicegate_status> {
-    let algorithm = match spec.kind {
-        Kind::TokenBucket => Algorithm::TokenBucket,
-        Kind::LeakyBucket => Algorithm::LeakyBucket,
-        Kind::Shaper => Algorithm::Shaper {
-            max_delay: Duration::from_nanos(spec.max_delay_ns),
-        },
-        Kind::FixedWindow => Algorithm::FixedWindow,
-        Kind::SlidingWindow => Algorithm::SlidingWindow,
-        Kind::SlidingLog => return Err(SLUICEGATE_ERR_UNSUPPORTED),
-    };
-    Limit::new(algorithm, spec.quota).map_err(status)
+    if !spec.kind.caps().redis {
+        return Err(SLUICEGATE_ERR_UNSUPPORTED);
+    }
+    Limit::from_parts(spec.kind, spec.quota, spec.max_delay_ns).map_err(status)
 }
 
 /// The backend of a URL, every node's URL parsed as the connection will parse
@@ -321,7 +320,8 @@ fn backend(url: &str) -> Result<Backend, sluicegate_status> {
 ///   `SLUICEGATE_ERR_BAD_URL`. The server is not contacted here: it connects on
 ///   the first check, so an unreachable server is no error (the failure policy
 ///   answers the checks until it is back).
-/// * `name`: the limit's name, part of every Redis key (`{prefix}{name}:{key}`);
+/// * `name`: the limit's name, part of every Redis key
+///   (`{prefix}{name}:{algorithm}:{key}`);
 ///   every client (C, Rust, Python) of the same server, prefix and name shares
 ///   one state per key. UTF-8, without `{` (`SLUICEGATE_ERR_CONFIG_INVALID`).
 /// * `limit`: a `sluicegate_config` as for `sluicegate_limiter_new`: any
@@ -451,9 +451,11 @@ unsafe fn decide<const CONSUME: bool>(
 /// replayed (it may have been charged on the server).
 ///
 /// Errors: `SLUICEGATE_ERR_NULL` (`redis`, `key` or `out`),
-/// `SLUICEGATE_ERR_EMPTY_KEY`, `SLUICEGATE_ERR_NOT_UTF8`, and
+/// `SLUICEGATE_ERR_EMPTY_KEY`, `SLUICEGATE_ERR_NOT_UTF8`,
 /// `SLUICEGATE_ERR_INSUFFICIENT_CAPACITY` for an `n` above the limit's capacity
-/// (never sent; a denial whose `limit` is the capacity is written to `*out`).
+/// (never sent; a denial whose `limit` is the capacity is written to `*out`),
+/// and `SLUICEGATE_ERR_REDIS_DATA` when Redis refused this key's call because of
+/// the value stored at it (this key only; no failure policy answers it).
 /// `*source` is written only with `SLUICEGATE_OK`.
 ///
 /// # Safety
@@ -578,6 +580,63 @@ mod tests {
         let s = unsafe { settings(&local) }.unwrap();
         assert_eq!(s.policy, FailurePolicy::Local { share_percent: 100 });
         assert_eq!(s.fallback_keys, 64);
+    }
+
+    /// Run in a child process (`SLUICEGATE_ALLOC_CHILD` set) under an
+    /// address-space limit of 1.5 GB: the documented maximum `fallback_keys`
+    /// (2^28 keys, 4 GiB) cannot be allocated there.
+    #[test]
+    fn a_fallback_table_past_the_address_space_is_an_alloc_status_not_an_abort() {
+        use crate::config::sluicegate_algorithm;
+        if std::env::var_os("SLUICEGATE_ALLOC_CHILD").is_some() {
+            let limit = sluicegate_config {
+                struct_size: core::mem::size_of::<sluicegate_config>() as u32,
+                algorithm: sluicegate_algorithm::SLUICEGATE_TOKEN_BUCKET as u32,
+                amount: 10,
+                period_ns: 1_000_000_000,
+                burst: 10,
+                ..Default::default()
+            };
+            let cfg = sluicegate_redis_config {
+                fallback_keys: SLUICEGATE_KEYED_MAX_CAPACITY,
+                ..Default::default()
+            };
+            let mut out: *mut sluicegate_redis = core::ptr::null_mut();
+            // SAFETY: static strings, valid structs, `out` valid for a write.
+            let status = unsafe {
+                sluicegate_redis_new(
+                    c"redis://127.0.0.1:1".as_ptr(),
+                    c"alloc".as_ptr(),
+                    &limit,
+                    &cfg,
+                    &mut out,
+                )
+            };
+            assert_eq!(status, SLUICEGATE_ERR_ALLOC);
+            assert!(out.is_null());
+            println!("child: SLUICEGATE_ERR_ALLOC");
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("prlimit")
+            .arg("--as=1500000000")
+            .arg(exe)
+            .args([
+                "--exact",
+                "redis::tests::a_fallback_table_past_the_address_space_is_an_alloc_status_not_an_abort",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("SLUICEGATE_ALLOC_CHILD", "1")
+            .output()
+            .expect("prlimit (util-linux) runs the child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("child: SLUICEGATE_ERR_ALLOC"),
+            "child: {:?}\n{text}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

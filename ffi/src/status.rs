@@ -83,6 +83,11 @@ pub enum sluicegate_status {
     /// The cost `n` exceeds the limiter's capacity: it can never be admitted (not
     /// a denial; the decision is filled with `allowed = false`).
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
+    /// Redis refused this key's call because of the key's own data (a value of
+    /// another type at the key, `WRONGTYPE`, or a script error over its value):
+    /// this check failed, the other keys go on, and the circuit breaker does not
+    /// count it (not an unavailable server, so no failure policy answers).
+    SLUICEGATE_ERR_REDIS_DATA = 301,
     /// Memory for a new handle could not be allocated (a keyed table's slots, a
     /// sliding log's ring, a policy's tables), or its size overflows. Nothing
     /// was allocated.
@@ -143,6 +148,9 @@ impl sluicegate_status {
             }
             SLUICEGATE_ERR_INSUFFICIENT_CAPACITY => {
                 c"the request exceeds the limiter's capacity and can never be admitted"
+            }
+            SLUICEGATE_ERR_REDIS_DATA => {
+                c"Redis refused this key's call because of the key's data (e.g. WRONGTYPE)"
             }
             SLUICEGATE_ERR_ALLOC => c"out of memory",
             SLUICEGATE_ERR_PANIC => c"internal error (a caught panic): please report it",

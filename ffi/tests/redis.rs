@@ -352,8 +352,10 @@ fn new_rejects_bad_input() {
             cfg(SLUICEGATE_FIXED_WINDOW, 5, 1_500, 0),
             SLUICEGATE_ERR_CONFIG_RESOLUTION,
         ),
+        // No word layout on Redis: only the script's exact-arithmetic bound
+        // (a limit under 2^50) applies to a sliding window there.
         (
-            cfg(SLUICEGATE_SLIDING_WINDOW, 4_000_000_000, 86_400 * SEC, 0),
+            cfg(SLUICEGATE_SLIDING_WINDOW, (1 << 50) + 1, 86_400 * SEC, 0),
             SLUICEGATE_ERR_CONFIG_RESOLUTION,
         ),
         (
@@ -592,4 +594,37 @@ fn a_live_server_decides_exactly() {
         threads.into_iter().map(|t| t.join().unwrap()).sum()
     });
     assert_eq!(admitted, 5);
+}
+
+#[test]
+fn a_wrongtype_key_is_a_data_status_for_that_key_only() {
+    use sluicegate_source::*;
+    let Some(url) = server() else { return };
+    let name = unique("wrongtype");
+    let h = new(
+        &url,
+        &name,
+        &bucket(),
+        Some(&policy(sluicegate_failure_policy::SLUICEGATE_FAIL_OPEN)),
+    )
+    .unwrap();
+    // Another type of value at the key the limit would use.
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let key = format!("sluicegate:{name}:token_bucket:{{bad}}");
+    redis::cmd("LPUSH")
+        .arg(&key)
+        .arg("x")
+        .query::<i64>(&mut c)
+        .unwrap();
+    // More failures than the breaker's threshold (2): each fails alone.
+    for _ in 0..5 {
+        assert_eq!(h.check("bad", 1).0, SLUICEGATE_ERR_REDIS_DATA);
+    }
+    assert!(!h.circuit_open());
+    let (s, d, src) = h.check("good", 1);
+    assert_eq!((s, src), (SLUICEGATE_OK, SLUICEGATE_SOURCE_REDIS as u32));
+    assert!(d.allowed);
 }

@@ -13,7 +13,9 @@
 //!   each matching rule's answer and the `RateLimit`/`RateLimit-Policy` fields.
 //! * [`Policy::reload_from_toml`], [`Watcher`]: hot reload keeping state.
 //! * [`Policy::metrics_text`]: Prometheus text.
-//! * [`RemoteFactory`]: the seam for `redis` and `hybrid` rules.
+//! * [`RemoteFactory`]: the seam for `redis` and `hybrid` rules; with the `redis`
+//!   feature, `redis::RedisFactory` builds them and `redis::RedisSource` keeps the
+//!   rule file in Redis (reloaded by a fleet on each change).
 //! * `PolicyLayer` (feature `tower`): a tower layer for axum and hyper services.
 //!
 //! ```
@@ -57,6 +59,8 @@ mod layer;
 mod metrics;
 mod policy;
 mod raw;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod reload;
 mod table;
 mod validate;

@@ -14,6 +14,7 @@ pyo3::import_exception!(sluicegate._errors, AcquireTimeout);
 pyo3::import_exception!(sluicegate._errors, BackendError);
 pyo3::import_exception!(sluicegate._errors, BackendTimeout);
 pyo3::import_exception!(sluicegate._errors, CircuitOpen);
+pyo3::import_exception!(sluicegate._errors, BackendDataError);
 
 /// A bad quota or option: always a `ValueError`, with the core's message (it names
 /// the field and, for bounds, the largest accepted value).
@@ -35,20 +36,40 @@ pub fn capacity(e: InsufficientCapacity) -> PyErr {
     CapacityError::new_err((e.to_string(), e.requested, e.capacity))
 }
 
-/// A Redis-tier error: configuration is a `ValueError`, a cost above the limit a
-/// `CapacityError`, and Redis itself failing (timeouts, the circuit breaker,
-/// connection or per-key data errors) a `BackendError`, whose `__cause__`-like
-/// detail is its message.
+/// A Redis-tier error: configuration is a `ValueError` (`MemoryError` when a
+/// table could not be allocated), a cost above the limit a `CapacityError`, a
+/// per-key data error (`WRONGTYPE`, a script error over the key's value) a
+/// `BackendDataError`, and Redis itself failing (timeouts, the circuit breaker,
+/// the connection) a `BackendError`. The message includes the cause underneath.
 pub fn backend(e: sluicegate_redis::Error) -> PyErr {
     use sluicegate_redis::Error as E;
+    let msg = with_causes(&e);
     match e {
         E::Capacity(c) => capacity(c),
-        E::Config(c) => config(c),
-        E::Resolution { .. } | E::Url(_) => PyValueError::new_err(e.to_string()),
-        E::Timeout => BackendTimeout::new_err(e.to_string()),
-        E::CircuitOpen => CircuitOpen::new_err(e.to_string()),
-        other => BackendError::new_err(other.to_string()),
+        E::Config(c) => match c.spec_error() {
+            Some(s @ SpecError::Alloc { .. }) => PyMemoryError::new_err(s.to_string()),
+            _ => PyValueError::new_err(msg),
+        },
+        E::Timeout => BackendTimeout::new_err(msg),
+        E::CircuitOpen => CircuitOpen::new_err(msg),
+        E::Data(_) | E::Reply(_) => BackendDataError::new_err(msg),
+        _ => BackendError::new_err(msg),
     }
+}
+
+/// An error's message followed by its sources' (`a: b: c`), each once.
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        next = s.source();
+    }
+    msg
 }
 
 /// A blocking or async wait that gave up; carries the last decision.

@@ -11,7 +11,6 @@ mod errors;
 mod keyed;
 mod limiters;
 mod policy;
-mod policy_remote;
 mod quota;
 mod redis;
 mod shaper;

@@ -11,11 +11,11 @@ use std::time::Duration;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString, PyTuple};
+use sluicegate_policy::redis::RedisFactory;
 use sluicegate_policy::{Attrs, Decision, Policy, RuleDecision, Watcher};
 
 use crate::args::Cost;
 use crate::decision::secs;
-use crate::policy_remote::Factory;
 
 /// A rejected rule file: `ValueError` whose message names file, line, column and rule.
 fn invalid(e: sluicegate_policy::Error) -> PyErr {
@@ -123,7 +123,11 @@ impl PyPolicy {
             )));
         }
         let policy = py
-            .detach(|| Policy::builder().remote(Factory).from_path(&path))
+            .detach(|| {
+                Policy::builder()
+                    .remote(RedisFactory::default())
+                    .from_path(&path)
+            })
             .map_err(invalid)?;
         let inner = Arc::new(policy);
         let watcher = if watch {
@@ -146,7 +150,7 @@ impl PyPolicy {
     #[staticmethod]
     fn from_str(text: &str) -> PyResult<Self> {
         let inner = Policy::builder()
-            .remote(Factory)
+            .remote(RedisFactory::default())
             .from_toml(text)
             .map_err(invalid)?;
         Ok(Self {

@@ -90,7 +90,7 @@ def test_keyed_decides_like_the_local_keyed_limiter(url: str) -> None:
                 assert (bool(r), r.remaining, r.limit) == (bool(lo), lo.remaining, lo.limit), (algorithm, key, n)
         assert remote.limit == 5
         assert remote.quota == Quota.parse("5/hour")
-    assert RedisKeyedLimiter('1/s', name='n', redis=RedisOptions(url)).redis_key("k") == "sluicegate:n:{k}"
+    assert RedisKeyedLimiter('1/s', name='n', redis=RedisOptions(url)).redis_key("k") == "sluicegate:n:token_bucket:{k}"
 
 
 def test_single_limiter_check_peek_try_acquire(url: str) -> None:
@@ -426,6 +426,49 @@ def test_async_checks_in_a_forked_child(url: str) -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_connect_reports_misconfiguration_and_stats_count_policy_answers() -> None:
+    dead = f"redis://127.0.0.1:{_free_port()}"
+    rl = RedisKeyedLimiter("10/hour", name="c", redis=RedisOptions(dead, failure_policy="open", timeout=0.05))
+    assert rl.last_error is None
+    with pytest.raises(sluicegate.BackendError):
+        rl.connect()
+    assert rl.check("k")  # fail-open answers
+    stats = rl.stats()
+    assert stats["fail_open"] >= 1 and stats["redis"] == 0
+    assert stats["policy_answers"] == stats["fail_open"]
+    assert isinstance(rl.last_error, sluicegate.BackendError)
+    # A bad port is refused when the options are built, as a ValueError.
+    with pytest.raises(ValueError, match="port"):
+        RedisOptions("redis://127.0.0.1:99999")
+
+
+def test_a_wrongtype_key_raises_backend_data_error_for_that_key_only(url: str) -> None:
+    rl = RedisKeyedLimiter("10/hour", name=_name(), redis=RedisOptions(url, timeout=0.5, failure_policy="open"))
+    rl.connect()
+    host, port = urllib.parse.urlsplit(url).hostname, urllib.parse.urlsplit(url).port
+    assert host is not None and port is not None
+    key = rl.redis_key("bad").encode()
+    with socket.create_connection((host, port), timeout=2) as s:
+        s.sendall(b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n$1\r\nx\r\n" % (len(key), key))
+        assert s.recv(16).startswith(b":1")
+    for _ in range(5):
+        e = _raised(lambda: rl.check("bad"))
+        assert isinstance(e, sluicegate.BackendDataError) and "WRONGTYPE" in str(e), repr(e)
+    # The other keys go on with Redis deciding: the breaker never opened.
+    assert rl.check_with_source("good")[1] == "redis"
+    stats = rl.stats()
+    assert stats["data_errors"] == 5 and stats["circuit_opened"] == 0
+
+
+def test_a_sliding_window_past_the_local_layout_runs_on_redis(url: str) -> None:
+    rl = RedisKeyedLimiter("1000000000/day", name=_name(), algorithm="sliding_window",
+                           redis=RedisOptions(url, timeout=0.5, failure_policy="closed"))
+    assert rl.limit == 1_000_000_000
+    assert rl.check("k", 999_999_999).remaining == 1
+    with pytest.raises(ValueError):
+        sluicegate.KeyedLimiter("1000000000/day", algorithm="sliding_window")
 
 
 def test_failure_policies_answer_at_once_when_redis_is_down() -> None:

@@ -5,6 +5,8 @@
 //! the key map, the lease and the counters under contention); then throughput with
 //! pipelining and the hybrid mode's local share, printed as a table with the
 //! targets.
+// Written against the deprecated `Algorithm` names, which must keep working.
+#![allow(deprecated)]
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

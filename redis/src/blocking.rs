@@ -1,14 +1,45 @@
 //! Blocking wrappers: the async limiters driven by a private runtime (one worker
-//! thread that also keeps the multiplexed connection's socket busy). Call these
-//! from plain threads, not from inside an async runtime (that would block it).
+//! thread that also keeps the multiplexed connection's socket busy). Meant for
+//! plain threads. Called from inside another Tokio runtime (a synchronous API such
+//! as a policy check inside an async server), where `block_on` would panic, a call
+//! is run on the private runtime and waited for: it works, and blocks that
+//! runtime's worker thread for the round trip (a hybrid check spent from a lease
+//! never leaves the calling thread).
 
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::hybrid::{HybridConfig, HybridLimiter as AsyncHybrid, HybridStats};
 use crate::limit::{Limit, Reply};
-use crate::limiter::{Config, RedisLimiter as AsyncLimiter, Verdict};
+use crate::limiter::{Config, RedisLimiter as AsyncLimiter};
+use crate::verdict::{RedisStats, Verdict};
 use crate::Backend;
+
+/// Whether this thread is inside a Tokio runtime (where `block_on` panics).
+fn in_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// Runs `fut` on `rt` and waits for it on this thread (which is inside another
+/// runtime); `lost` if the runtime stopped before answering.
+fn hop<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+    lost: impl FnOnce() -> T,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().unwrap_or_else(|_| lost())
+}
+
+/// The error of a call whose runtime stopped before it answered.
+fn stopped() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::other(
+        "the limiter's runtime stopped before answering",
+    )))
+}
 
 fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
     tokio::runtime::Builder::new_multi_thread()
@@ -17,15 +48,20 @@ fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
         .enable_all()
         .build()
         .map(Arc::new)
-        .map_err(|e| Error::Url(format!("cannot start the runtime: {e}")))
+        .map_err(|e| {
+            Error::Config(ConfigError::caused_by(
+                "runtime",
+                "cannot start the runtime",
+                e,
+            ))
+        })
 }
 
 /// The blocking [`crate::RedisLimiter`]. Cheap to clone; usable from many threads.
 ///
 /// ```no_run
-/// use sluicegate::Quota;
-/// use sluicegate_redis::{blocking, Algorithm, Backend, Config, Limit};
-/// let limit = Limit::new(Algorithm::FixedWindow, Quota::per_minute(2))?;
+/// use sluicegate_redis::{blocking, Backend, Config, Limit};
+/// let limit = Limit::parse("fixed_window", "2/minute")?;
 /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "b", limit, Config::default())?;
 /// rl.check("k")?;
 /// rl.check("k")?;
@@ -42,9 +78,8 @@ impl RedisLimiter {
     /// See [`crate::RedisLimiter::new`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// assert_eq!(rl.limit().capacity(), 1);
     /// ```
@@ -55,14 +90,79 @@ impl RedisLimiter {
         })
     }
 
+    /// See [`crate::RedisLimiter::from_spec`].
+    ///
+    /// ```
+    /// use sluicegate_redis::{blocking, Config, Kind, Spec};
+    /// let spec = Spec::parse(Kind::FixedWindow, "10/s").unwrap();
+    /// let rl = blocking::RedisLimiter::from_spec("redis://127.0.0.1:6379", "x", &spec, Config::default()).unwrap();
+    /// assert_eq!(rl.limit().capacity(), 10);
+    /// ```
+    pub fn from_spec(
+        url: &str,
+        name: &str,
+        spec: &sluicegate::Spec,
+        cfg: Config,
+    ) -> Result<Self, Error> {
+        Ok(Self {
+            rt: runtime()?,
+            inner: AsyncLimiter::from_spec(url, name, spec, cfg)?,
+        })
+    }
+
+    /// See [`crate::RedisLimiter::connect`].
+    ///
+    /// ```no_run
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "1/s")?;
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1")?, "x", limit, Config::default())?;
+    /// assert!(rl.connect().is_err()); // nothing listens on port 1
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn connect(&self) -> Result<(), Error> {
+        if in_runtime() {
+            let l = self.inner.clone();
+            return hop(
+                &self.rt,
+                async move { l.connect().await },
+                || Err(stopped()),
+            );
+        }
+        self.rt.block_on(self.inner.connect())
+    }
+
+    /// See [`crate::RedisLimiter::stats`].
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "1/s").unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert_eq!(rl.stats().policy_answers(), 0);
+    /// assert!(rl.last_error().is_none());
+    /// ```
+    pub fn stats(&self) -> RedisStats {
+        self.inner.stats()
+    }
+
+    /// See [`crate::RedisLimiter::last_error`].
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "1/s").unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// assert!(rl.last_error().is_none());
+    /// ```
+    pub fn last_error(&self) -> Option<Error> {
+        self.inner.last_error()
+    }
+
     /// The async limiter this one drives.
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
-    /// assert_eq!(rl.as_async().redis_key("k"), "sluicegate:x:{k}");
+    /// assert_eq!(rl.as_async().redis_key("k"), "sluicegate:x:token_bucket:{k}");
     /// ```
     pub fn as_async(&self) -> &AsyncLimiter {
         &self.inner
@@ -75,13 +175,12 @@ impl RedisLimiter {
     /// and its clones do.
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let a = rl.as_async().clone();
     /// let task = rl.handle().spawn(async move { a.redis_key("k") });
-    /// assert_eq!(rl.handle().block_on(task).unwrap(), "sluicegate:x:{k}");
+    /// assert_eq!(rl.handle().block_on(task).unwrap(), "sluicegate:x:token_bucket:{k}");
     /// ```
     pub fn handle(&self) -> &tokio::runtime::Handle {
         self.rt.handle()
@@ -90,9 +189,8 @@ impl RedisLimiter {
     /// See [`crate::RedisLimiter::limit`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "1/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// assert_eq!(rl.limit(), &limit);
     /// ```
@@ -108,7 +206,7 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check(&self, key: &str) -> Result<Verdict, Error> {
-        self.rt.block_on(self.inner.check(key))
+        self.check_n(key, 1)
     }
 
     /// See [`crate::RedisLimiter::check_n`].
@@ -119,6 +217,12 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        if in_runtime() {
+            let (l, key) = (self.inner.clone(), key.to_owned());
+            return hop(&self.rt, async move { l.check_n(&key, n).await }, || {
+                Err(stopped())
+            });
+        }
         self.rt.block_on(self.inner.check_n(key, n))
     }
 
@@ -131,6 +235,12 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn peek_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        if in_runtime() {
+            let (l, key) = (self.inner.clone(), key.to_owned());
+            return hop(&self.rt, async move { l.peek_n(&key, n).await }, || {
+                Err(stopped())
+            });
+        }
         self.rt.block_on(self.inner.peek_n(key, n))
     }
 
@@ -142,6 +252,20 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub fn check_many(&self, items: &[(&str, u64)]) -> Vec<Result<Verdict, Error>> {
+        if in_runtime() {
+            let l = self.inner.clone();
+            let owned: Vec<(String, u64)> = items.iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+            let count = owned.len();
+            return hop(
+                &self.rt,
+                async move {
+                    let refs: Vec<(&str, u64)> =
+                        owned.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+                    l.check_many(&refs).await
+                },
+                || (0..count).map(|_| Err(stopped())).collect(),
+            );
+        }
         self.rt.block_on(self.inner.check_many(items))
     }
 
@@ -153,6 +277,14 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn try_check_n(&self, key: &str, n: u64) -> Result<Reply, Error> {
+        if in_runtime() {
+            let (l, key) = (self.inner.clone(), key.to_owned());
+            return hop(
+                &self.rt,
+                async move { l.try_check_n(&key, n).await },
+                || Err(stopped()),
+            );
+        }
         self.rt.block_on(self.inner.try_check_n(key, n))
     }
 }
@@ -160,9 +292,8 @@ impl RedisLimiter {
 /// The blocking [`crate::HybridLimiter`].
 ///
 /// ```no_run
-/// use sluicegate::Quota;
-/// use sluicegate_redis::{blocking, Algorithm, Backend, Config, HybridConfig, Limit};
-/// let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100))?;
+/// use sluicegate_redis::{blocking, Backend, Config, HybridConfig, Limit};
+/// let limit = Limit::parse("token_bucket", "100/s")?;
 /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "h", limit, Config::default())?;
 /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default())?;
 /// assert!(h.check("k")?.decision.allowed);
@@ -178,9 +309,8 @@ impl HybridLimiter {
     /// See [`crate::HybridLimiter::new`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
     /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
     /// assert_eq!(h.stats().local, 0);
@@ -200,6 +330,16 @@ impl HybridLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        // Spent from a lease, or denied by the front: no runtime involved.
+        if let Some(v) = self.inner.check_local(key, n)? {
+            return Ok(v);
+        }
+        if in_runtime() {
+            let (h, key) = (self.inner.clone(), key.to_owned());
+            return hop(&self.rt, async move { h.check_n(&key, n).await }, || {
+                Err(stopped())
+            });
+        }
         self.rt.block_on(self.inner.check_n(key, n))
     }
 
@@ -217,9 +357,8 @@ impl HybridLimiter {
     /// See [`crate::HybridLimiter::stats`].
     ///
     /// ```
-    /// # use sluicegate::Quota;
     /// # use sluicegate_redis::*;
-    /// # let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100)).unwrap();
+    /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
     /// # let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
     /// assert_eq!(h.stats().round_trips, 0);

@@ -5,6 +5,10 @@
 //! A standalone server has one breaker; a cluster has one per master (see
 //! [`crate::nodes`]), so a dead master's slots are answered by the failure policy
 //! while the other masters' keys still go to Redis.
+//!
+//! Every transition is logged through the `log` facade, with the server's
+//! address: `warn` when the circuit opens (or a probe fails and it opens again),
+//! `info` when a probe is let through and when the circuit closes.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use core::time::Duration;
@@ -49,6 +53,10 @@ pub(crate) enum Permit {
 #[derive(Debug)]
 pub(crate) struct Breaker {
     cfg: BreakerConfig,
+    /// The server (or cluster master) the breaker guards, for the log.
+    label: String,
+    /// Times the circuit opened.
+    opened: AtomicU64,
     epoch: Instant,
     failures: AtomicU32,
     /// Nanoseconds since `epoch` until which the circuit is open; 0 = closed.
@@ -57,9 +65,11 @@ pub(crate) struct Breaker {
 }
 
 impl Breaker {
-    pub(crate) fn new(cfg: BreakerConfig) -> Self {
+    pub(crate) fn new(cfg: BreakerConfig, label: impl Into<String>) -> Self {
         Self {
             cfg,
+            label: label.into(),
+            opened: AtomicU64::new(0),
             epoch: Instant::now(),
             failures: AtomicU32::new(0),
             open_until: AtomicU64::new(0),
@@ -88,6 +98,10 @@ impl Breaker {
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
+            log::info!(
+                "sluicegate-redis: circuit half-open for {}: one probe let through",
+                self.label
+            );
             Permit::Probe
         } else {
             Permit::Reject
@@ -97,7 +111,12 @@ impl Breaker {
     pub(crate) fn success(&self, permit: Permit) {
         self.failures.store(0, Ordering::Relaxed);
         if permit == Permit::Probe || self.open_until.load(Ordering::Relaxed) != 0 {
-            self.open_until.store(0, Ordering::Relaxed);
+            if self.open_until.swap(0, Ordering::Relaxed) != 0 {
+                log::info!(
+                    "sluicegate-redis: circuit closed for {}: it answered",
+                    self.label
+                );
+            }
             self.probing.store(false, Ordering::Release);
         }
     }
@@ -112,6 +131,11 @@ impl Breaker {
         if permit == Permit::Probe {
             reopen();
             self.probing.store(false, Ordering::Release);
+            log::warn!(
+                "sluicegate-redis: circuit open again for {}: the probe failed; the failure policy answers for {:?}",
+                self.label,
+                self.cfg.cooldown
+            );
             return false;
         }
         let f = self
@@ -120,9 +144,25 @@ impl Breaker {
             .saturating_add(1);
         if f >= self.cfg.failure_threshold.max(1) && self.open_until.load(Ordering::Relaxed) == 0 {
             reopen();
+            self.opened.fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                "sluicegate-redis: circuit open for {} after {f} consecutive failures; the failure policy answers for {:?}",
+                self.label,
+                self.cfg.cooldown
+            );
             return true;
         }
         false
+    }
+
+    /// Whether calls go to Redis unguarded: neither open nor half-open.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.open_until.load(Ordering::Relaxed) == 0
+    }
+
+    /// How many times the circuit opened.
+    pub(crate) fn times_opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
     }
 
     /// Whether the circuit is open now (calls are answered by the failure policy).

@@ -9,7 +9,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, Value};
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 
 /// Where the limits live.
 ///
@@ -28,7 +28,7 @@ pub enum Backend {
     Cluster(Vec<String>),
     /// One server over TLS (`rediss://` URL) with [`TlsConfig`]: a private CA,
     /// a client certificate, or both. Needs the `tls` feature
-    /// ([`crate::RedisLimiter::new`] returns [`Error::Url`] without it).
+    /// ([`crate::RedisLimiter::new`] returns [`Error::Config`] without it).
     StandaloneTls {
         /// The `rediss://` URL; its host name is checked against the certificate.
         url: String,
@@ -130,23 +130,30 @@ impl Backend {
                     .map(|h| format!("{node}{auth}{}", h.trim_end_matches('/')))
                     .collect();
                 if nodes.is_empty() {
-                    return Err(Error::Url(format!("{url}: no cluster nodes")));
+                    return Err(url_error(format!("{}: no cluster nodes", redact(url))));
+                }
+                for n in &nodes {
+                    check_address(n)?;
                 }
                 return Ok(Self::Cluster(nodes));
             }
         }
-        if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://")
-        {
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            check_address(url)?;
             return Ok(Self::Standalone(url.to_owned()));
         }
-        Err(Error::Url(format!(
-            "{url}: expected redis://, rediss:// or redis+cluster://"
+        if url.starts_with("unix://") {
+            return Ok(Self::Standalone(url.to_owned()));
+        }
+        Err(url_error(format!(
+            "{}: expected redis://, rediss:// or redis+cluster://",
+            redact(url)
         )))
     }
 
     /// The same servers over TLS with `tls`: a `rediss://` URL becomes
     /// [`Backend::StandaloneTls`], `rediss+cluster://` seeds [`Backend::ClusterTls`].
-    /// A plain-text (`redis://`, `unix://`) backend is an [`Error::Url`].
+    /// A plain-text (`redis://`, `unix://`) backend is an [`Error::Config`].
     ///
     /// ```
     /// # use sluicegate_redis::{Backend, TlsConfig};
@@ -163,15 +170,41 @@ impl Backend {
             }
             Self::StandaloneTls { url, .. } => Ok(Self::StandaloneTls { url, tls }),
             Self::ClusterTls { nodes, .. } => Ok(Self::ClusterTls { nodes, tls }),
-            _ => Err(Error::Url(
-                "TLS settings need rediss:// (or rediss+cluster://) URLs".into(),
+            _ => Err(url_error(
+                "TLS settings need rediss:// (or rediss+cluster://) URLs",
             )),
         }
     }
 
-    /// Whether this backend can be used with the features this crate was built
-    /// with: the TLS variants and `rediss://` URLs need `tls`.
-    pub(crate) fn check_features(&self) -> Result<(), Error> {
+    /// The servers, without credentials, for log lines.
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Self::Standalone(url) | Self::StandaloneTls { url, .. } => redact(url),
+            Self::Cluster(nodes) | Self::ClusterTls { nodes, .. } => {
+                let nodes: Vec<String> = nodes.iter().map(|n| redact(n)).collect();
+                format!("cluster {}", nodes.join(","))
+            }
+        }
+    }
+
+    /// Whether this backend can be used: every address has a host and a port in
+    /// range, and the TLS variants and `rediss://` URLs need the `tls` feature.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        match self {
+            Self::Standalone(url) | Self::StandaloneTls { url, .. } => {
+                if !url.starts_with("unix://") {
+                    check_address(url)?;
+                }
+            }
+            Self::Cluster(nodes) | Self::ClusterTls { nodes, .. } => {
+                if nodes.is_empty() {
+                    return Err(url_error("no cluster nodes"));
+                }
+                for n in nodes {
+                    check_address(n)?;
+                }
+            }
+        }
         if cfg!(feature = "tls") {
             return Ok(());
         }
@@ -181,8 +214,8 @@ impl Backend {
             Self::StandaloneTls { .. } | Self::ClusterTls { .. } => true,
         };
         if tls {
-            return Err(Error::Url(
-                "TLS (rediss://) needs sluicegate-redis's `tls` feature".into(),
+            return Err(url_error(
+                "TLS (rediss://) needs sluicegate-redis's `tls` feature",
             ));
         }
         Ok(())
@@ -245,6 +278,49 @@ impl Backend {
     }
 }
 
+fn url_error(reason: impl Into<String>) -> Error {
+    Error::Config(ConfigError::new("url", reason))
+}
+
+/// `url` without its user name and password.
+fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rsplit_once('@')) {
+        (Some((scheme, _)), Some((_, rest))) => format!("{scheme}://…@{rest}"),
+        _ => url.to_owned(),
+    }
+}
+
+/// A `redis://` or `rediss://` URL's address: a host, and a port (if given)
+/// from 1 to 65535. Anything else would be accepted now and answered by the
+/// failure policy forever, so it is refused here.
+fn check_address(url: &str) -> Result<(), Error> {
+    let bad = |why: &str| Err(url_error(format!("{}: {why}", redact(url))));
+    let Some((_, rest)) = url.split_once("://") else {
+        return bad("no scheme");
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((h, p)) => (h, p.strip_prefix(':')),
+            None => return bad("unclosed '[' in the host"),
+        }
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return bad("no host");
+    }
+    match port.map(str::parse::<u16>) {
+        None => Ok(()),
+        Some(Ok(p)) if p != 0 => Ok(()),
+        Some(_) => bad("the port must be a number from 1 to 65535"),
+    }
+}
+
 /// The cluster client's settings. No retries: a call that failed or timed out
 /// may have run, and replaying it could charge twice.
 fn cluster_builder(
@@ -285,6 +361,38 @@ impl Conn {
     }
 }
 
+#[cfg(test)]
+mod address_tests {
+    use super::Backend;
+
+    #[test]
+    fn ports_out_of_range_or_not_numbers_are_refused_at_construction() {
+        for bad in [
+            "redis://127.0.0.1:notaport",
+            "redis://127.0.0.1:99999",
+            "redis://127.0.0.1:0",
+            "redis://:6379",
+            "redis+cluster://127.0.0.1:7000,127.0.0.1:70000",
+            "redis://[::1",
+        ] {
+            assert!(Backend::from_url(bad).is_err(), "{bad}");
+            let direct = Backend::Standalone(bad.into());
+            assert!(direct.validate().is_err(), "{bad}");
+        }
+        for good in [
+            "redis://127.0.0.1:6379/0",
+            "redis://user:p%40ss@cache",
+            "redis://[::1]:6380",
+            "redis+cluster://a:1,b:65535",
+        ] {
+            let b = Backend::from_url(good).unwrap();
+            assert!(b.validate().is_ok(), "{good}");
+        }
+        let b = Backend::from_url("redis://user:secret@cache:6379").unwrap();
+        assert!(!b.label().contains("secret"));
+    }
+}
+
 #[cfg(all(test, not(feature = "tls")))]
 mod tests {
     use super::Backend;
@@ -292,20 +400,20 @@ mod tests {
     #[test]
     fn tls_without_the_feature_is_refused_up_front() {
         let b = Backend::from_url("rediss://127.0.0.1:6380").unwrap();
-        assert!(b.check_features().is_err());
+        assert!(b.validate().is_err());
         let b = Backend::StandaloneTls {
             url: "rediss://127.0.0.1:6380".into(),
             tls: super::TlsConfig::default(),
         };
-        assert!(b.check_features().is_err());
+        assert!(b.validate().is_err());
         let b = Backend::ClusterTls {
             nodes: vec!["rediss://127.0.0.1:6380".into()],
             tls: super::TlsConfig::default(),
         };
-        assert!(b.check_features().is_err());
+        assert!(b.validate().is_err());
         assert!(Backend::from_url("redis://127.0.0.1:6379")
             .unwrap()
-            .check_features()
+            .validate()
             .is_ok());
     }
 }

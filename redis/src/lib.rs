@@ -8,13 +8,17 @@
 //!   GCRA (token bucket, leaky bucket meter, shaper reservation, lease of up to `n`
 //!   units), fixed window, sliding window counter ([`script`]). Time comes from
 //!   Redis `TIME` inside the script, in integer microseconds (no client clock);
-//!   the state is integers (every value below 2^53, checked by [`Limit::new`]);
+//!   the state is integers (every value below 2^53, checked by [`Limit::from_spec`]);
 //!   the key's `PX` expiry is the instant it would decide like an absent key;
 //!   **nothing is written on a denial**; `n = 0` is a peek.
 //! * **`EVALSHA`, and `EVAL` only on `NOSCRIPT`** (a flushed or restarted server);
 //!   a call that timed out is never replayed.
-//! * **Cluster-safe keys**: `{prefix}{name}:{key}` with the caller's key as the hash
-//!   tag, so all limits of one key share a slot.
+//! * **Cluster-safe keys**: `{prefix}{name}:{kind}:{key}` with the caller's key as
+//!   the hash tag, so all limits of one key share a slot, and limits of different
+//!   algorithms under one name never read each other's values.
+//! * **Errors classified**: connection loss and timeouts feed the circuit
+//!   breaker and the failure policy; a per-key data error (`WRONGTYPE`) fails
+//!   that check alone ([`Error::Data`]).
 //! * **Failure policy per limit** ([`FailurePolicy`]): open, closed, or a local
 //!   limiter at a share of the quota; short timeouts (25 ms by default) and a
 //!   circuit breaker ([`BreakerConfig`]) per server, and per master on a cluster,
@@ -35,10 +39,9 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sluicegate_redis::Error> {
-//! use sluicegate::Quota;
-//! use sluicegate_redis::{Algorithm, Backend, Config, FailurePolicy, Limit, RedisLimiter, Source};
+//! use sluicegate_redis::{Backend, Config, FailurePolicy, Kind, Limit, RedisLimiter, Source, Spec};
 //!
-//! let limit = Limit::new(Algorithm::SlidingWindow, Quota::per_minute(100))?;
+//! let limit = Limit::from_spec(&Spec::parse(Kind::SlidingWindow, "100/minute").unwrap())?;
 //! let cfg = Config { policy: FailurePolicy::Local { share_percent: 25 }, ..Config::default() };
 //! let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "api", limit, cfg)?;
 //! let v = rl.check("tenant-7").await?;
@@ -53,23 +56,30 @@
 
 pub mod blocking;
 mod breaker;
+mod coalesce;
 mod conn;
 mod error;
 pub mod hybrid;
 mod limit;
 mod limiter;
+mod link;
 mod nodes;
+mod pipeline;
 mod policy;
 pub mod script;
+mod verdict;
 
 pub use breaker::BreakerConfig;
 pub use conn::{Backend, ClientCert, TlsConfig};
-pub use error::Error;
+pub use error::{ConfigError, Error};
 pub use hybrid::{HybridConfig, HybridLimiter, HybridStats};
-pub use limit::{Algorithm, Limit, Reply};
-pub use limiter::{Config, RedisLimiter, Source, Verdict};
+#[allow(deprecated)]
+pub use limit::Algorithm;
+pub use limit::{Limit, Reply};
+pub use limiter::{Config, RedisLimiter};
 pub use policy::FailurePolicy;
-pub use sluicegate::{Decision, Quota};
+pub use sluicegate::{Decision, Kind, Quota, Spec};
+pub use verdict::{RedisStats, Source, Verdict};
 
 /// The README's Rust snippet, compiled as a doctest.
 #[cfg(doctest)]

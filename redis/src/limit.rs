@@ -1,67 +1,72 @@
-//! A limit as the Redis scripts see it: the algorithm and its parameters in whole
-//! microseconds, validated so that every value a script computes stays below 2^53
-//! (Lua numbers are doubles: integers below 2^53 are exact).
+//! A limit as the Redis scripts see it: a core [`Spec`] and its script's
+//! parameters in whole microseconds, validated so that every value a script
+//! computes stays below 2^53 (Lua numbers are doubles: integers below 2^53 are
+//! exact).
 
 use core::time::Duration;
 
 use redis::Value;
-use sluicegate::{ConfigError, Decision, FixedParams, GcraParams, Quota};
+use sluicegate::{Decision, Kind, Quota, Spec, SpecError};
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
+use crate::script::{self, Params, Script};
 
-/// Largest value the scripts may compute (2^52, leaving room for `now`, ~1.8·10^15 µs).
-const LUA_MAX: u64 = 1 << 52;
-
-/// The sliding window's bound on its window (µs) and limit: its sums (`now` plus
-/// two windows, three times the limit) stay below 2^53 until the year 2112.
-const SUM_MAX: u64 = 1 << 50;
-
-/// A window in whole microseconds, or why not.
-fn whole_us(window_ns: u64) -> Result<u64, Error> {
-    if window_ns % 1000 != 0 {
-        return Err(Error::Resolution {
-            field: "window",
-            reason: "a window on Redis must be a whole number of microseconds",
-        });
-    }
-    Ok(window_ns / 1000)
-}
-
-/// Which algorithm a limit runs; the same names and semantics as the local limiters.
+/// Which algorithm a limit runs: the old hand-written list, kept so that code
+/// written against it still builds. Use [`Limit::from_spec`] with a
+/// [`sluicegate::Spec`] (its [`Kind`] names the algorithm).
 ///
 /// ```
+/// #![allow(deprecated)]
 /// use sluicegate_redis::{Algorithm, Limit};
-/// use sluicegate::Quota;
+/// use sluicegate::{Kind, Quota};
 /// let l = Limit::new(Algorithm::SlidingWindow, Quota::per_minute(100)).unwrap();
-/// assert_eq!(l.capacity(), 100);
+/// assert_eq!(l.kind(), Kind::SlidingWindow);
 /// ```
+#[deprecated(
+    since = "0.2.0",
+    note = "build a sluicegate::Spec (its Kind names the algorithm) and use Limit::from_spec"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {
-    /// GCRA token bucket (`sluicegate::TokenBucket`).
+    /// [`Kind::TokenBucket`].
     TokenBucket,
-    /// Leaky bucket meter (`sluicegate::LeakyBucket`): the same function as the bucket.
+    /// [`Kind::LeakyBucket`].
     LeakyBucket,
-    /// Leaky bucket shaper (`sluicegate::Shaper`): a reservation is granted when its
-    /// start is at most `max_delay` away, and the decision says how long to wait.
+    /// [`Kind::Shaper`] with its max delay.
     Shaper {
         /// The longest a granted request may be told to wait.
         max_delay: Duration,
     },
-    /// Fixed window (`sluicegate::FixedWindow`), windows aligned on Redis `TIME`.
+    /// [`Kind::FixedWindow`].
     FixedWindow,
-    /// Sliding window counter (`sluicegate::SlidingWindow`).
+    /// [`Kind::SlidingWindow`].
     SlidingWindow,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ScriptKind {
-    Gcra,
-    Fixed,
-    Sliding,
+#[allow(deprecated)]
+impl Algorithm {
+    /// Its kind and max delay in ns.
+    fn kind(self) -> (Kind, u64) {
+        match self {
+            Self::TokenBucket => (Kind::TokenBucket, 0),
+            Self::LeakyBucket => (Kind::LeakyBucket, 0),
+            Self::Shaper { max_delay } => (
+                Kind::Shaper,
+                u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX),
+            ),
+            Self::FixedWindow => (Kind::FixedWindow, 0),
+            Self::SlidingWindow => (Kind::SlidingWindow, 0),
+        }
+    }
 }
 
-/// A validated limit: an [`Algorithm`] and a [`Quota`], converted to the scripts'
-/// microsecond parameters.
+/// A validated limit: one quota of a [`Kind`] with a Redis script, with the
+/// script's microsecond parameters, and the core [`Spec`] it was built from.
+///
+/// A limit past a local layout bound (a sliding window over more than its local
+/// word holds: Redis stores plain integers, so only the script's exact-arithmetic
+/// bounds apply) runs on Redis alone: it has no local [`Limit::spec`], and a
+/// failure policy or hybrid front that needs a local limiter is refused for it.
 ///
 /// # Resolution
 /// Redis `TIME` has microsecond resolution, the local limiters nanoseconds. A
@@ -69,170 +74,226 @@ pub(crate) enum ScriptKind {
 /// whole microsecond (never faster than asked: a quota whose `T` is not a whole
 /// number of microseconds admits very slightly less on Redis than locally); a
 /// shaper's max delay is rounded *down*; a window must be a whole number of
-/// microseconds (anything else is a [`Error::Resolution`]). With those
+/// microseconds (anything else is an [`Error::Config`]). With those
 /// parameters and the same `now`, every decision equals the local limiter's,
 /// except the sliding window's `retry_after`/`reset_after`, which are rounded up
 /// to the next microsecond (under 1 µs later than the local value).
 ///
 /// ```
-/// use sluicegate_redis::{Algorithm, Limit};
-/// use sluicegate::Quota;
-/// let l = Limit::new(Algorithm::TokenBucket, Quota::per_second(3).burst(6)).unwrap();
+/// use sluicegate_redis::Limit;
+/// use sluicegate::{Kind, Quota, Spec};
+/// let l = Limit::from_spec(&Spec::new(Kind::TokenBucket, &[Quota::per_second(3).burst(6)]).unwrap()).unwrap();
 /// assert_eq!(l.emission_interval_us(), 333_334); // 333 333 334 ns, rounded up
 /// assert_eq!(l.capacity(), 6);
-/// assert!(Limit::new(Algorithm::FixedWindow, Quota::from_nanos(5, 1_500)).is_err());
+/// assert!(Limit::from_quota(Kind::FixedWindow, Quota::from_nanos(5, 1_500)).is_err());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limit {
-    algorithm: Algorithm,
+    kind: Kind,
     quota: Quota,
-    pub(crate) script: ScriptKind,
-    /// `T` (GCRA) or `W` (windows), microseconds.
-    pub(crate) unit_us: u64,
-    /// The burst or the window limit.
-    pub(crate) size: u64,
-    /// The shaper's max delay, microseconds (0 otherwise).
-    pub(crate) slack_us: u64,
-    capacity: u64,
+    max_delay_ns: u64,
+    spec: Option<Spec>,
+    pub(crate) script: &'static Script,
+    pub(crate) params: Params,
 }
 
 impl Limit {
-    /// Validates `quota` for `algorithm`: the local limiter's checks, then the
-    /// scripts' own bounds (see the type docs).
+    /// The limit of `spec`: one quota (Redis runs no compound limit), of a kind
+    /// with a Redis script ([`sluicegate::Caps::redis`]), within the script's own
+    /// bounds (see the type docs). Everything else is an [`Error::Config`].
     ///
     /// ```
-    /// use sluicegate_redis::{Algorithm, Error, Limit};
-    /// use sluicegate::Quota;
-    /// assert!(Limit::new(Algorithm::TokenBucket, Quota::per_second(0)).is_err());
-    /// let e = Limit::new(Algorithm::SlidingWindow, Quota::from_nanos(5, 1_500)).unwrap_err();
-    /// assert!(matches!(e, Error::Resolution { .. }));
-    /// // No word on Redis, so no layout bound on the sliding window's limit:
-    /// let big = Limit::new(Algorithm::SlidingWindow, Quota::per_day(1_000_000_000)).unwrap();
-    /// assert_eq!(big.capacity(), 1_000_000_000);
+    /// use sluicegate_redis::{Error, Limit};
+    /// use sluicegate::{Kind, Quota, Spec};
+    /// let s = Spec::new(Kind::SlidingLog, &[Quota::per_second(5)]).unwrap();
+    /// assert!(matches!(Limit::from_spec(&s), Err(Error::Config(_))));
+    /// let two = Spec::parse(Kind::TokenBucket, "10/s; 100/min").unwrap();
+    /// assert!(Limit::from_spec(&two).is_err());
     /// ```
-    pub fn new(algorithm: Algorithm, quota: Quota) -> Result<Self, Error> {
-        match algorithm {
-            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Shaper { .. } => {
-                let p = GcraParams::new(&quota).map_err(Error::Config)?;
-                let t_us = p.emission_interval_ns().div_ceil(1000);
-                let slack_us = match algorithm {
-                    Algorithm::Shaper { max_delay } => {
-                        u64::try_from(max_delay.as_micros()).unwrap_or(u64::MAX)
-                    }
-                    _ => 0,
-                };
-                let size = p
-                    .burst()
-                    .checked_mul(t_us)
-                    .and_then(|tau| tau.checked_add(slack_us));
-                if size.is_none_or(|s| s > LUA_MAX) {
-                    return Err(Error::Resolution {
-                        field: "burst",
-                        reason: "burst × emission interval + max delay must be under 2^52 µs (142 years)",
-                    });
-                }
+    pub fn from_spec(spec: &Spec) -> Result<Self, Error> {
+        let script = script_of(spec.kind())?;
+        let [quota] = spec.quotas() else {
+            return Err(Error::Config(ConfigError::new(
+                "spec",
+                "a limit on Redis has one quota (compound limits run locally)",
+            )));
+        };
+        Ok(Self {
+            kind: spec.kind(),
+            quota: *quota,
+            max_delay_ns: spec.max_delay_ns(),
+            spec: Some(*spec),
+            script,
+            params: (script.params)(quota, spec.max_delay_ns())?,
+        })
+    }
+
+    /// One quota of `kind` with the shaper's max delay (0 for the other kinds):
+    /// through a local [`Spec`] when the local algorithm can hold it, else on the
+    /// script's own bounds alone when only a local layout bound was in the way
+    /// (see the type docs). For bindings that hold the parts of a limit.
+    ///
+    /// ```
+    /// use sluicegate_redis::Limit;
+    /// use sluicegate::{Kind, Quota};
+    /// let l = Limit::from_parts(Kind::Shaper, Quota::per_second(10).burst(1), 300_000_000).unwrap();
+    /// assert_eq!(l.capacity(), 1 + 3); // the burst plus what the delay allows
+    /// assert!(Limit::from_parts(Kind::TokenBucket, Quota::per_second(10), 1).is_err());
+    /// ```
+    pub fn from_parts(kind: Kind, quota: Quota, max_delay_ns: u64) -> Result<Self, Error> {
+        let spec = Spec::new(kind, &[quota]).and_then(|s| match max_delay_ns {
+            0 => Ok(s),
+            ns => s.with_max_delay_ns(ns),
+        });
+        match spec {
+            Ok(s) => Self::from_spec(&s),
+            Err(SpecError::Config {
+                error: sluicegate::ConfigError::TooLarge { .. },
+                ..
+            }) => {
+                let script = script_of(kind)?;
+                // The script's own error says why it cannot either; else the
+                // local bound was the only obstacle.
+                let params = (script.params)(&quota, max_delay_ns)?;
                 Ok(Self {
-                    algorithm,
+                    kind,
                     quota,
-                    script: ScriptKind::Gcra,
-                    unit_us: t_us,
-                    size: p.burst(),
-                    slack_us,
-                    capacity: p.burst().saturating_add(slack_us / t_us),
+                    max_delay_ns,
+                    spec: None,
+                    script,
+                    params,
                 })
             }
-            Algorithm::FixedWindow => {
-                let p = FixedParams::new(&quota).map_err(Error::Config)?;
-                let (window_ns, limit) = (p.window_ns(), p.limit());
-                let w_us = whole_us(window_ns)?;
-                let products = (limit as u128 + 1) * w_us as u128;
-                if products > LUA_MAX as u128 {
-                    return Err(Error::Resolution {
-                        field: "limit",
-                        reason:
-                            "(limit + 1) × window must be under 2^52 µs for exact Lua arithmetic",
-                    });
-                }
-                Ok(Self::window(
-                    algorithm,
-                    quota,
-                    ScriptKind::Fixed,
-                    w_us,
-                    limit,
-                ))
-            }
-            // No word layout on Redis, so no layout bound: the script compares its
-            // products exactly (never as doubles), and only its sums must stay
-            // below 2^53.
-            Algorithm::SlidingWindow => {
-                let (window_ns, limit) = (quota.period_ns(), quota.amount());
-                if window_ns == 0 {
-                    return Err(Error::Config(ConfigError::Zero { field: "window" }));
-                }
-                if limit == 0 {
-                    return Err(Error::Config(ConfigError::Zero { field: "limit" }));
-                }
-                let w_us = whole_us(window_ns)?;
-                if w_us > SUM_MAX {
-                    return Err(Error::Resolution {
-                        field: "window",
-                        reason: "a sliding window on Redis must be under 2^50 µs (35 years)",
-                    });
-                }
-                if limit > SUM_MAX {
-                    return Err(Error::Resolution {
-                        field: "limit",
-                        reason: "a sliding window's limit on Redis must be under 2^50",
-                    });
-                }
-                Ok(Self::window(
-                    algorithm,
-                    quota,
-                    ScriptKind::Sliding,
-                    w_us,
-                    limit,
-                ))
-            }
+            Err(e) => Err(Error::spec(e)),
         }
     }
 
-    fn window(
-        algorithm: Algorithm,
-        quota: Quota,
-        script: ScriptKind,
-        w_us: u64,
-        limit: u64,
-    ) -> Self {
-        Self {
-            algorithm,
-            quota,
-            script,
-            unit_us: w_us,
-            size: limit,
-            slack_us: 0,
-            capacity: limit,
+    /// A limit of `kind` over one `quota` (no kind parameters).
+    ///
+    /// ```
+    /// use sluicegate_redis::Limit;
+    /// use sluicegate::{Kind, Quota};
+    /// let l = Limit::from_quota(Kind::FixedWindow, Quota::per_second(5)).unwrap();
+    /// assert_eq!(l.capacity(), 5);
+    /// // No word on Redis, so no layout bound on the sliding window's limit:
+    /// let big = Limit::from_quota(Kind::SlidingWindow, Quota::per_day(1_000_000_000)).unwrap();
+    /// assert_eq!(big.capacity(), 1_000_000_000);
+    /// assert!(big.spec().is_none()); // no local limiter holds it
+    /// assert!(Limit::from_quota(Kind::SlidingWindow, Quota::per_day(1 << 51)).is_err());
+    /// ```
+    pub fn from_quota(kind: Kind, quota: Quota) -> Result<Self, Error> {
+        Self::from_parts(kind, quota, 0)
+    }
+
+    /// A limit from a kind's name and a rate (`"token_bucket"`, `"10/second"`),
+    /// the way rule files and the bindings spell them.
+    ///
+    /// ```
+    /// use sluicegate_redis::Limit;
+    /// let l = Limit::parse("fixed_window", "60/minute").unwrap();
+    /// assert_eq!(l.capacity(), 60);
+    /// assert!(Limit::parse("gcra", "1/s").is_err());
+    /// assert_eq!(Limit::parse("sliding_window", "5000000/s").unwrap().capacity(), 5_000_000);
+    /// ```
+    pub fn parse(kind: &str, rate: &str) -> Result<Self, Error> {
+        let kind: Kind = kind
+            .parse()
+            .map_err(|e| ConfigError::caused_by("kind", "unknown algorithm", e))?;
+        match Spec::parse(kind, rate) {
+            Ok(s) => Self::from_spec(&s),
+            // One quota past a local layout bound: Redis may still hold it.
+            Err(
+                e @ SpecError::Config {
+                    error: sluicegate::ConfigError::TooLarge { .. },
+                    ..
+                },
+            ) => match rate.trim().parse::<Quota>() {
+                Ok(q) => Self::from_parts(kind, q, 0),
+                Err(_) => Err(Error::spec(e)),
+            },
+            Err(e) => Err(Error::spec(e)),
         }
+    }
+
+    /// The deprecated way: see [`Algorithm`].
+    ///
+    /// ```
+    /// #![allow(deprecated)]
+    /// use sluicegate_redis::{Algorithm, Limit};
+    /// use sluicegate::Quota;
+    /// assert!(Limit::new(Algorithm::TokenBucket, Quota::per_second(0)).is_err());
+    /// let big = Limit::new(Algorithm::SlidingWindow, Quota::per_day(1_000_000_000)).unwrap();
+    /// assert_eq!(big.capacity(), 1_000_000_000);
+    /// ```
+    #[deprecated(since = "0.2.0", note = "use Limit::from_spec or Limit::from_quota")]
+    #[allow(deprecated)]
+    pub fn new(algorithm: Algorithm, quota: Quota) -> Result<Self, Error> {
+        let (kind, max_delay_ns) = algorithm.kind();
+        Self::from_parts(kind, quota, max_delay_ns)
+    }
+
+    /// The deprecated name of [`Self::kind`] (with the shaper's max delay).
+    ///
+    /// ```
+    /// #![allow(deprecated)]
+    /// use sluicegate_redis::{Algorithm, Limit};
+    /// use sluicegate::Quota;
+    /// let l = Limit::new(Algorithm::FixedWindow, Quota::per_second(5)).unwrap();
+    /// assert_eq!(l.algorithm(), Algorithm::FixedWindow);
+    /// ```
+    #[deprecated(since = "0.2.0", note = "use Limit::kind and Limit::spec")]
+    #[allow(deprecated)]
+    pub fn algorithm(&self) -> Algorithm {
+        let max_delay = Duration::from_nanos(self.max_delay_ns);
+        match self.kind {
+            Kind::LeakyBucket => Algorithm::LeakyBucket,
+            Kind::Shaper => Algorithm::Shaper { max_delay },
+            Kind::FixedWindow => Algorithm::FixedWindow,
+            Kind::SlidingWindow => Algorithm::SlidingWindow,
+            _ => Algorithm::TokenBucket,
+        }
+    }
+
+    /// The local spec of the limit: what a local limiter of the same quota runs,
+    /// `None` when the limit is past every local layout (see the type docs).
+    ///
+    /// ```
+    /// # use sluicegate_redis::Limit;
+    /// use sluicegate::Kind;
+    /// assert_eq!(Limit::parse("shaper", "5/s").unwrap().spec().unwrap().kind(), Kind::Shaper);
+    /// ```
+    pub fn spec(&self) -> Option<Spec> {
+        self.spec
+    }
+
+    /// The shaper's max delay in nanoseconds (0 for the other kinds).
+    ///
+    /// ```
+    /// # use sluicegate_redis::Limit;
+    /// use sluicegate::{Kind, Quota, Spec};
+    /// let s = Spec::new(Kind::Shaper, &[Quota::per_second(5)]).unwrap().with_max_delay_ns(2_000_000).unwrap();
+    /// assert_eq!(Limit::from_spec(&s).unwrap().max_delay_ns(), 2_000_000);
+    /// ```
+    pub fn max_delay_ns(&self) -> u64 {
+        self.max_delay_ns
     }
 
     /// The algorithm.
     ///
     /// ```
-    /// # use sluicegate_redis::{Algorithm, Limit};
-    /// # use sluicegate::Quota;
-    /// let l = Limit::new(Algorithm::FixedWindow, Quota::per_second(5)).unwrap();
-    /// assert_eq!(l.algorithm(), Algorithm::FixedWindow);
+    /// # use sluicegate_redis::Limit;
+    /// use sluicegate::Kind;
+    /// assert_eq!(Limit::parse("fixed_window", "5/s").unwrap().kind(), Kind::FixedWindow);
     /// ```
-    pub fn algorithm(&self) -> Algorithm {
-        self.algorithm
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// The quota the limit was built from.
     ///
     /// ```
-    /// # use sluicegate_redis::{Algorithm, Limit};
-    /// # use sluicegate::Quota;
-    /// let l = Limit::new(Algorithm::FixedWindow, Quota::per_second(5)).unwrap();
-    /// assert_eq!(l.quota().amount(), 5);
+    /// # use sluicegate_redis::Limit;
+    /// assert_eq!(Limit::parse("fixed_window", "5/s").unwrap().quota().amount(), 5);
     /// ```
     pub fn quota(&self) -> Quota {
         self.quota
@@ -242,25 +303,29 @@ impl Limit {
     /// [`Error::Capacity`], never sent to Redis.
     ///
     /// ```
-    /// # use sluicegate_redis::{Algorithm, Limit};
-    /// # use sluicegate::Quota;
-    /// let l = Limit::new(Algorithm::TokenBucket, Quota::per_second(5).burst(2)).unwrap();
+    /// # use sluicegate_redis::Limit;
+    /// # use sluicegate::{Kind, Quota};
+    /// let l = Limit::from_quota(Kind::TokenBucket, Quota::per_second(5).burst(2)).unwrap();
     /// assert_eq!(l.capacity(), 2);
     /// ```
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.params.capacity
     }
 
     /// The GCRA emission interval in microseconds (window length for the windows).
     ///
     /// ```
-    /// # use sluicegate_redis::{Algorithm, Limit};
-    /// # use sluicegate::Quota;
-    /// let l = Limit::new(Algorithm::TokenBucket, Quota::per_second(4)).unwrap();
-    /// assert_eq!(l.emission_interval_us(), 250_000);
+    /// # use sluicegate_redis::Limit;
+    /// assert_eq!(Limit::parse("token_bucket", "4/s").unwrap().emission_interval_us(), 250_000);
     /// ```
     pub fn emission_interval_us(&self) -> u64 {
-        self.unit_us
+        self.params.unit_us
+    }
+
+    /// Whether its grants can be leased and spent later (hybrid mode): not a
+    /// shaper's with a max delay, whose grants come with delays.
+    pub(crate) fn leasable(&self) -> bool {
+        self.params.slack_us.unwrap_or(0) == 0
     }
 
     /// Appends the script arguments after the key.
@@ -270,9 +335,10 @@ impl Limit {
             Mode::Peek => "p",
             Mode::Lease => "l",
         };
-        cmd.arg(self.unit_us).arg(self.size).arg(n);
-        if self.script == ScriptKind::Gcra {
-            cmd.arg(self.slack_us);
+        let p = &self.params;
+        cmd.arg(p.unit_us).arg(p.size).arg(n);
+        if let Some(slack) = p.slack_us {
+            cmd.arg(slack);
         }
         cmd.arg(mode);
     }
@@ -280,17 +346,25 @@ impl Limit {
     /// The multi-cost script's arguments (see [`crate::script::multi_source`]):
     /// the number of single-call arguments, those (cost 0, consume), the costs.
     pub(crate) fn push_multi_args(&self, cmd: &mut redis::Cmd, costs: &[u64]) {
-        let m = if self.script == ScriptKind::Gcra {
-            5
-        } else {
-            4
-        };
-        cmd.arg(m);
+        cmd.arg(4 + u64::from(self.params.slack_us.is_some()));
         self.push_args(cmd, 0, Mode::Consume);
         for &n in costs {
             cmd.arg(n);
         }
     }
+}
+
+/// The script of `kind`, or why it has none.
+fn script_of(kind: Kind) -> Result<&'static Script, Error> {
+    script::for_kind(kind).ok_or_else(|| {
+        Error::Config(ConfigError::new(
+            "spec",
+            format!(
+                "{kind} has no Redis script (kinds with one: {})",
+                script::kinds()
+            ),
+        ))
+    })
 }
 
 /// What a script call does.

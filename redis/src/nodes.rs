@@ -78,7 +78,14 @@ impl NodeMap {
                 None => {
                     let breaker = old
                         .and_then(|o| o.nodes.iter().find(|(n, _)| *n == id))
-                        .map_or_else(|| Arc::new(Breaker::new(cfg)), |(_, b)| Arc::clone(b));
+                        .map_or_else(
+                            || {
+                                let host = master.first().and_then(text).unwrap_or_default();
+                                let port = master.get(1).and_then(int).unwrap_or(0);
+                                Arc::new(Breaker::new(cfg, format!("cluster master {host}:{port}")))
+                            },
+                            |(_, b)| Arc::clone(b),
+                        );
                     nodes.push((id, breaker));
                     nodes.len() - 1
                 }
@@ -102,6 +109,11 @@ impl NodeMap {
     /// Whether any master's circuit is open.
     pub(crate) fn any_open(&self) -> bool {
         self.nodes.iter().any(|(_, b)| b.is_open())
+    }
+
+    /// Times the masters' circuits opened, together.
+    pub(crate) fn times_opened(&self) -> u64 {
+        self.nodes.iter().map(|(_, b)| b.times_opened()).sum()
     }
 
     /// How many masters the map has.

@@ -1,9 +1,10 @@
 //! What a check answers when Redis cannot: per-limit failure policies.
 
-use sluicegate::keyed::{DefaultHashBuilder, Group, Keyed};
-use sluicegate::{Clock, Decision, DefaultClock, Fixed, Gcra, Quota, Shaping, Sliding};
+use sluicegate::keyed::AnyKeyed;
+use sluicegate::{Decision, DefaultClock, Quota, Spec, SpecError};
 
-use crate::limit::{Algorithm, Limit};
+use crate::error::{ConfigError, Error};
+use crate::limit::Limit;
 
 /// What a check answers while Redis is unavailable (an error, a timeout, or an
 /// open circuit breaker).
@@ -36,16 +37,43 @@ impl Default for FailurePolicy {
     }
 }
 
-/// The local limiters behind [`FailurePolicy::Local`]: a bounded keyed table of the
-/// same algorithm at the configured share.
-pub(crate) enum Fallback {
-    Gcra(Table<Gcra>),
-    Shaper(Table<Shaping>),
-    Fixed(Table<Fixed>),
-    Sliding(Table<Sliding>),
+/// A rule file's `on_error`: `"open"`, `"closed"`, `"local"` (the default share,
+/// 10%) or `"local:N"` (N% of the quota, 1–100).
+///
+/// ```
+/// use sluicegate_redis::FailurePolicy;
+/// assert_eq!("open".parse::<FailurePolicy>().unwrap(), FailurePolicy::Open);
+/// assert_eq!("local:25".parse::<FailurePolicy>().unwrap(), FailurePolicy::Local { share_percent: 25 });
+/// assert!("local:0".parse::<FailurePolicy>().is_err());
+/// assert!("sometimes".parse::<FailurePolicy>().is_err());
+/// ```
+impl core::str::FromStr for FailurePolicy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || {
+            Error::Config(ConfigError::new(
+                "on_error",
+                format!("{s:?}: expected open, closed, local or local:N (N from 1 to 100)"),
+            ))
+        };
+        match s {
+            "open" => Ok(Self::Open),
+            "closed" => Ok(Self::Closed),
+            "local" => Ok(Self::default()),
+            _ => match s.strip_prefix("local:").map(str::parse::<u8>) {
+                Some(Ok(p @ 1..=100)) => Ok(Self::Local { share_percent: p }),
+                _ => Err(bad()),
+            },
+        }
+    }
 }
 
-type Table<A> = Keyed<A, DefaultClock, Box<[Group]>, DefaultHashBuilder>;
+/// The local limiter behind [`FailurePolicy::Local`]: a bounded core keyed table
+/// of the same kind at the configured share of the quota.
+pub(crate) struct Fallback {
+    table: AnyKeyed<DefaultClock>,
+}
 
 impl core::fmt::Debug for Fallback {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -61,56 +89,50 @@ pub(crate) fn share(quota: Quota, percent: u8) -> Quota {
 }
 
 impl Fallback {
-    pub(crate) fn new(limit: &Limit, percent: u8, keys: usize) -> Option<Self> {
+    /// The table of `keys` keys (at least 16), allocated now and fallibly: an
+    /// allocation failure is an [`Error::Config`] whose
+    /// [`ConfigError::spec_error`] is [`SpecError::Alloc`].
+    pub(crate) fn new(limit: &Limit, percent: u8, keys: usize) -> Result<Self, Error> {
         let q = share(limit.quota(), percent);
-        let keys = keys.max(16);
-        Some(match limit.algorithm() {
-            Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-                Self::Gcra(Keyed::new(q, keys).ok()?)
-            }
-            Algorithm::Shaper { max_delay } => Self::Shaper(
-                Keyed::new(q, keys)
-                    .ok()?
-                    .with_max_delay(u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX)),
-            ),
-            Algorithm::FixedWindow => Self::Fixed(Keyed::new(q, keys).ok()?),
-            Algorithm::SlidingWindow => Self::Sliding(Keyed::new(q, keys).ok()?),
-        })
+        let spec = Spec::new(limit.kind(), &[q]).and_then(|s| match limit.max_delay_ns() {
+            0 => Ok(s),
+            ns => s.with_max_delay_ns(ns),
+        });
+        let spec = spec.map_err(|e| {
+            Error::Config(ConfigError::caused_by(
+                "share_percent",
+                "the local share of this quota is not a valid local limit",
+                e,
+            ))
+        })?;
+        let table = AnyKeyed::with_clock(&spec, keys.max(16), DefaultClock::default()).map_err(
+            |e| match e {
+                SpecError::Alloc { .. } => Error::Config(ConfigError::caused_by(
+                    "fallback_keys",
+                    "the local fallback table could not be allocated",
+                    e,
+                )),
+                e => Error::Config(ConfigError::caused_by(
+                    "share_percent",
+                    "the local share of this quota is not a valid local limit",
+                    e,
+                )),
+            },
+        )?;
+        Ok(Self { table })
     }
 
     /// The local decision and (shaper) delay; a cost above the local share's
     /// capacity is a denial that never clears (it would always be one).
     pub(crate) fn check(&self, key: &str, n: u64, consume: bool) -> (Decision, u64) {
-        let never = |capacity: u64| Decision {
-            allowed: false,
-            remaining: 0,
-            retry_after_ns: u64::MAX,
-            reset_after_ns: 0,
-            limit: capacity,
+        let r = if consume {
+            self.table.check_n(key, n)
+        } else {
+            self.table.peek_n(key, n)
         };
-        macro_rules! run {
-            ($k:expr) => {{
-                let r = if consume {
-                    $k.check_n(key, n)
-                } else {
-                    $k.peek_n(key, n)
-                };
-                (r.unwrap_or_else(|e| never(e.capacity)), 0)
-            }};
-        }
-        match self {
-            Self::Gcra(k) => run!(k),
-            Self::Fixed(k) => run!(k),
-            Self::Sliding(k) => run!(k),
-            Self::Shaper(k) => {
-                if !consume {
-                    return run!(k);
-                }
-                match k.reserve_n_at(key, n, k.clock().now()) {
-                    Ok(r) => (*r.decision(), r.delay_ns()),
-                    Err(e) => (never(e.capacity), 0),
-                }
-            }
+        match r {
+            Ok(o) => (o.decision, if consume { o.delay_ns } else { 0 }),
+            Err(e) => (Decision::never(e.capacity), 0),
         }
     }
 }

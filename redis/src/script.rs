@@ -5,8 +5,10 @@
 
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
+use sluicegate::{FixedParams, GcraParams, Kind, Quota};
+
 use crate::conn::Conn;
-use crate::limit::ScriptKind;
+use crate::error::{ConfigError, Error};
 
 /// The GCRA script: token bucket, leaky bucket meter, shaper reservation and lease.
 pub const GCRA_LUA: &str = include_str!("../lua/gcra.lua");
@@ -39,6 +41,197 @@ pub fn multi_source(script: &str) -> String {
     )
 }
 
+/// Largest value the scripts may compute (2^52, leaving room for `now`, ~1.8·10^15 µs).
+const LUA_MAX: u64 = 1 << 52;
+
+/// The sliding window's bound on its window (µs) and limit: its sums (`now` plus
+/// two windows, three times the limit) stay below 2^53 until the year 2112.
+const SUM_MAX: u64 = 1 << 50;
+
+/// The script registry: which Lua script decides each [`Kind`] on Redis. A kind
+/// not listed has no Redis script (and [`sluicegate::Caps::redis`] says so: a
+/// test checks the two agree). Adding an algorithm to Redis is one line here, its
+/// script, and (for a new script) one [`Script`] below.
+const REGISTRY: [(Kind, &Script); 5] = [
+    (Kind::TokenBucket, &GCRA),
+    (Kind::LeakyBucket, &GCRA),
+    (Kind::Shaper, &GCRA),
+    (Kind::FixedWindow, &FIXED),
+    (Kind::SlidingWindow, &SLIDING),
+];
+
+/// The script of `kind`, if it has one.
+pub(crate) fn for_kind(kind: Kind) -> Option<&'static Script> {
+    REGISTRY.iter().find(|(k, _)| *k == kind).map(|(_, s)| *s)
+}
+
+/// The names of the kinds with a script, for error messages.
+pub(crate) fn kinds() -> String {
+    let names: Vec<&str> = REGISTRY.iter().map(|(k, _)| k.name()).collect();
+    names.join(", ")
+}
+
+/// A limit's parameters as its script takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Params {
+    /// `T` (GCRA) or `W` (windows), microseconds.
+    pub(crate) unit_us: u64,
+    /// The burst or the window limit.
+    pub(crate) size: u64,
+    /// GCRA only: the shaper's max delay in microseconds (0 for the buckets).
+    pub(crate) slack_us: Option<u64>,
+    /// The largest cost ever admitted.
+    pub(crate) capacity: u64,
+    /// The window in ns; 0 for the buckets (state on the local clock's terms).
+    pub(crate) window_ns: u64,
+}
+
+/// One Lua script: its source, and how a spec becomes its arguments.
+pub(crate) struct Script {
+    /// The file under `lua/`.
+    pub(crate) file: &'static str,
+    pub(crate) source: &'static str,
+    /// One quota's parameters (with the shaper's max delay in ns), within the
+    /// script's exact-arithmetic bounds (its own: no local word layout).
+    pub(crate) params: fn(&Quota, u64) -> Result<Params, Error>,
+    /// After a lease granted `granted < n` units at Redis time `now_us`: a lower
+    /// bound on when `n` fresh units can be there (ns from then).
+    pub(crate) partial_retry_ns: fn(&Params, u64, u64, u64) -> u64,
+}
+
+impl PartialEq for Script {
+    fn eq(&self, other: &Self) -> bool {
+        self.file == other.file
+    }
+}
+
+impl Eq for Script {}
+
+impl core::fmt::Debug for Script {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.file)
+    }
+}
+
+fn bound(field: &'static str, reason: &'static str) -> Error {
+    Error::Config(ConfigError::new(field, reason))
+}
+
+const GCRA: Script = Script {
+    file: "gcra.lua",
+    source: GCRA_LUA,
+    params: |quota, max_delay_ns| {
+        let p = GcraParams::new(quota).map_err(invalid)?;
+        let t_us = p.emission_interval_ns().div_ceil(1000);
+        let slack_us = max_delay_ns / 1000;
+        let size = p
+            .burst()
+            .checked_mul(t_us)
+            .and_then(|tau| tau.checked_add(slack_us));
+        if size.is_none_or(|s| s > LUA_MAX) {
+            return Err(bound(
+                "burst",
+                "burst × emission interval + max delay must be under 2^52 µs (142 years)",
+            ));
+        }
+        Ok(Params {
+            unit_us: t_us,
+            size: p.burst(),
+            slack_us: Some(slack_us),
+            capacity: p.burst().saturating_add(slack_us / t_us),
+            window_ns: 0,
+        })
+    },
+    partial_retry_ns: |p, n, granted, _| (n - granted).saturating_mul(p.unit_us * 1000),
+};
+
+/// A window in whole microseconds, or why not.
+fn whole_us(window_ns: u64) -> Result<u64, Error> {
+    if window_ns % 1000 != 0 {
+        return Err(bound(
+            "window",
+            "a window on Redis must be a whole number of microseconds",
+        ));
+    }
+    Ok(window_ns / 1000)
+}
+
+/// A window script's parameters.
+fn window(window_ns: u64, limit: u64) -> Result<Params, Error> {
+    let w_us = whole_us(window_ns)?;
+    Ok(Params {
+        unit_us: w_us,
+        size: limit,
+        slack_us: None,
+        capacity: limit,
+        window_ns,
+    })
+}
+
+fn invalid(e: sluicegate::ConfigError) -> Error {
+    Error::Config(ConfigError::caused_by("spec", "invalid quota", e))
+}
+
+const FIXED: Script = Script {
+    file: "fixed_window.lua",
+    source: FIXED_WINDOW_LUA,
+    params: |quota, _| {
+        let p = FixedParams::new(quota).map_err(invalid)?;
+        let w_us = whole_us(p.window_ns())?;
+        if (p.limit() as u128 + 1) * w_us as u128 > LUA_MAX as u128 {
+            return Err(bound(
+                "limit",
+                "(limit + 1) × window must be under 2^52 µs for exact Lua arithmetic",
+            ));
+        }
+        window(p.window_ns(), p.limit())
+    },
+    // Nothing frees up before the window ends.
+    partial_retry_ns: |p, _, _, now_us| window_left_ns(now_us, p.window_ns).saturating_sub(1000),
+};
+
+const SLIDING: Script = Script {
+    file: "sliding_window.lua",
+    source: SLIDING_WINDOW_LUA,
+    // No word layout on Redis, so no layout bound: the script compares its
+    // products exactly (never as doubles), and only its sums must stay below 2^53.
+    params: |quota, _| {
+        let (window_ns, limit) = (quota.period_ns(), quota.amount());
+        if window_ns == 0 {
+            return Err(invalid(sluicegate::ConfigError::Zero { field: "window" }));
+        }
+        if limit == 0 {
+            return Err(invalid(sluicegate::ConfigError::Zero { field: "limit" }));
+        }
+        if whole_us(window_ns)? > SUM_MAX {
+            return Err(bound(
+                "window",
+                "a sliding window on Redis must be under 2^50 µs (35 years)",
+            ));
+        }
+        if limit > SUM_MAX {
+            return Err(bound(
+                "limit",
+                "a sliding window's limit on Redis must be under 2^50",
+            ));
+        }
+        window(window_ns, limit)
+    },
+    // The estimate is now the limit and falls by at most limit/W per unit of
+    // time (the previous window held at most the limit): n more units take
+    // longer than (n − 1)·W/limit.
+    partial_retry_ns: |p, n, _, _| {
+        ((n - 1) as u128 * p.window_ns as u128 / p.capacity.max(1) as u128) as u64
+    },
+};
+
+/// Nanoseconds from Redis time `now_us` to the end of its aligned window of
+/// `window_ns`.
+pub(crate) fn window_left_ns(now_us: u64, window_ns: u64) -> u64 {
+    let w_us = (window_ns / 1000).max(1);
+    (w_us - now_us % w_us).saturating_mul(1000)
+}
+
 /// A script's source and SHA-1.
 #[derive(Debug)]
 pub(crate) struct LuaScript {
@@ -56,65 +249,39 @@ impl LuaScript {
     }
 }
 
-/// The three scripts and their multi-cost forms, hashed once per limiter.
+/// A limiter's script and its multi-cost form, hashed once per limiter.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    gcra: LuaScript,
-    fixed: LuaScript,
-    sliding: LuaScript,
-    gcra_multi: LuaScript,
-    fixed_multi: LuaScript,
-    sliding_multi: LuaScript,
+    single: LuaScript,
+    multi: LuaScript,
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(script: &Script) -> Self {
         Self {
-            gcra: LuaScript::new(GCRA_LUA.to_owned()),
-            fixed: LuaScript::new(FIXED_WINDOW_LUA.to_owned()),
-            sliding: LuaScript::new(SLIDING_WINDOW_LUA.to_owned()),
-            gcra_multi: LuaScript::new(multi_source(GCRA_LUA)),
-            fixed_multi: LuaScript::new(multi_source(FIXED_WINDOW_LUA)),
-            sliding_multi: LuaScript::new(multi_source(SLIDING_WINDOW_LUA)),
+            single: LuaScript::new(script.source.to_owned()),
+            multi: LuaScript::new(multi_source(script.source)),
         }
     }
 
-    fn get(&self, kind: ScriptKind) -> &LuaScript {
-        match kind {
-            ScriptKind::Gcra => &self.gcra,
-            ScriptKind::Fixed => &self.fixed,
-            ScriptKind::Sliding => &self.sliding,
-        }
-    }
-
-    fn get_multi(&self, kind: ScriptKind) -> &LuaScript {
-        match kind {
-            ScriptKind::Gcra => &self.gcra_multi,
-            ScriptKind::Fixed => &self.fixed_multi,
-            ScriptKind::Sliding => &self.sliding_multi,
-        }
-    }
-
-    /// Runs the multi-cost form of script `kind` on `key` (see [`multi_source`]).
+    /// Runs the multi-cost form of the script on `key` (see [`multi_source`]).
     pub(crate) async fn invoke_multi(
         &self,
         conn: &mut Conn,
-        kind: ScriptKind,
         key: &str,
         args: impl Fn(&mut Cmd),
     ) -> RedisResult<Value> {
-        Self::invoke_script(conn, self.get_multi(kind), key, args).await
+        Self::invoke_script(conn, &self.multi, key, args).await
     }
 
-    /// Runs script `kind` on `key` with `args`.
+    /// Runs the script on `key` with `args`.
     pub(crate) async fn invoke(
         &self,
         conn: &mut Conn,
-        kind: ScriptKind,
         key: &str,
         args: impl Fn(&mut Cmd),
     ) -> RedisResult<Value> {
-        Self::invoke_script(conn, self.get(kind), key, args).await
+        Self::invoke_script(conn, &self.single, key, args).await
     }
 
     async fn invoke_script(
@@ -133,18 +300,10 @@ impl Scripts {
             other => other,
         }
     }
-}
 
-impl Scripts {
-    /// The command for script `kind`: `EVALSHA`, or `EVAL` with the source.
-    pub(crate) fn command(
-        &self,
-        kind: ScriptKind,
-        eval: bool,
-        key: &str,
-        args: impl Fn(&mut Cmd),
-    ) -> Cmd {
-        let s = self.get(kind);
+    /// The command for the script: `EVALSHA`, or `EVAL` with the source.
+    pub(crate) fn command(&self, eval: bool, key: &str, args: impl Fn(&mut Cmd)) -> Cmd {
+        let s = &self.single;
         if eval {
             build("EVAL", s.source.as_bytes(), key, &args)
         } else {
@@ -158,4 +317,16 @@ fn build(verb: &str, body: &[u8], key: &str, args: &impl Fn(&mut Cmd)) -> Cmd {
     cmd.arg(body).arg(1).arg(key);
     args(&mut cmd);
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_covers_exactly_the_kinds_core_says_run_on_redis() {
+        for kind in Kind::ALL {
+            assert_eq!(for_kind(kind).is_some(), kind.caps().redis, "{kind}");
+        }
+    }
 }

@@ -10,6 +10,9 @@
 //! live masters are still answered by Redis (at most 1% by the policy, for a
 //! check caught in the cluster connection's own reaction to the kill; the test
 //! prints how many were).
+// Written against the deprecated `Algorithm` names, which must keep working;
+// tests/isolation.rs and tests/operations.rs use `Spec` and `Kind`.
+#![allow(deprecated)]
 
 mod common;
 

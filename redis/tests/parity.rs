@@ -8,6 +8,9 @@
 //! microsecond (see `Limit`). Every field must be equal, except the sliding
 //! window's `retry_after`/`reset_after`, which Redis rounds up to the microsecond:
 //! `local ≤ redis < local + 1 µs`.
+// Written against the deprecated `Algorithm` names, which must keep working;
+// tests/isolation.rs and tests/operations.rs use `Spec` and `Kind`.
+#![allow(deprecated)]
 
 mod common;
 

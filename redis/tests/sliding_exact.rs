@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use sluicegate::{Algorithm as _, Quota, Sliding};
-use sluicegate_redis::{Algorithm, Config, FailurePolicy, Limit, RedisLimiter};
+use sluicegate::{Algorithm as _, Kind, Quota, Sliding};
+use sluicegate_redis::{Config, FailurePolicy, Limit, RedisLimiter};
 
 const HOUR_NS: u64 = 3_600_000_000_000;
 
@@ -56,7 +56,7 @@ async fn large_products_decide_like_the_local_algorithm() {
             .enumerate()
         {
             let q = Quota::from_nanos(l, w_ns);
-            let limit = Limit::new(Algorithm::SlidingWindow, q).unwrap();
+            let limit = Limit::from_quota(Kind::SlidingWindow, q).unwrap();
             let p = Sliding::params(&q).unwrap();
             let prev = l - 1 - i as u64;
             let (rl, _raw, index) = injected(limit, prev).await;
@@ -112,7 +112,7 @@ async fn limits_past_any_local_layout_follow_the_exact_formula() {
             ((1 << 50) - 1, 24 * HOUR_NS),
         ] {
             let q = Quota::from_nanos(l, w_ns);
-            let limit = Limit::new(Algorithm::SlidingWindow, q).unwrap();
+            let limit = Limit::from_quota(Kind::SlidingWindow, q).unwrap();
             let w = limit.emission_interval_us() as u128;
             let prev = l - 3;
             let (rl, _raw, index) = injected(limit, prev).await;

@@ -6,6 +6,9 @@
 //! `SLUICEGATE_REDIS_TLS_CLIENT_CERT` and `SLUICEGATE_REDIS_TLS_CLIENT_KEY`.
 //! Where the script set them, a connection that fails is a test failure; without
 //! them (a plain `cargo test`) the tests say so and pass.
+// Written against the deprecated `Algorithm` names, which must keep working;
+// tests/isolation.rs and tests/operations.rs use `Spec` and `Kind`.
+#![allow(deprecated)]
 #![cfg(feature = "tls")]
 
 mod common;

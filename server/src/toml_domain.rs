@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use sluicegate_policy::redis::RedisFactory;
 use sluicegate_policy::{Attrs, Mode, Policy};
 
 use crate::engine::{is_shadow, Limited, MetricRow, Outcome};
@@ -72,7 +73,13 @@ impl TomlDomain {
                 }
                 p.policy.clone()
             }
-            None => Arc::new(Policy::from_toml(text).map_err(err)?),
+            // Rules on `redis` and `hybrid` are built by the policy's Redis factory.
+            None => Arc::new(
+                Policy::builder()
+                    .remote(RedisFactory::default())
+                    .from_toml(text)
+                    .map_err(err)?,
+            ),
         };
         let metrics = policy
             .definition()

@@ -23,6 +23,7 @@ Middleware: :mod:`sluicegate.asgi` and :mod:`sluicegate.wsgi`.
 from ._decorator import rate_limit
 from ._errors import (
     AcquireTimeout,
+    BackendDataError,
     BackendError,
     BackendTimeout,
     CapacityError,
@@ -55,6 +56,7 @@ from ._sluicegate import (
 
 __all__ = [
     "AcquireTimeout",
+    "BackendDataError",
     "BackendError",
     "BackendTimeout",
     "CapacityError",

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AcquireTimeout",
+    "BackendDataError",
     "BackendError",
     "BackendTimeout",
     "CapacityError",
@@ -73,6 +74,13 @@ class BackendError(SluicegateError):
 class BackendTimeout(BackendError, TimeoutError):
     """Redis did not answer within the limiter's ``timeout``; the call is never
     replayed (it may or may not have run on the server)."""
+
+
+class BackendDataError(BackendError):
+    """Redis refused this key's call because of the key's own data (a value of
+    another type at the key, ``WRONGTYPE``, or a script error over its value):
+    this check failed, the other keys go on, and the circuit breaker does not
+    count it. No failure policy answers it: fix or delete the key."""
 
 
 class CircuitOpen(BackendError):

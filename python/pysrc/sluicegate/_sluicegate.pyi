@@ -7,6 +7,8 @@ from typing import Any, Literal, final
 
 from typing_extensions import disjoint_base
 
+from ._errors import BackendError
+
 __all__ = [
     "__version__",
     "_Limiter",
@@ -305,6 +307,10 @@ class _RedisLimiter:
     def algorithm(self) -> str: ...
     @property
     def hybrid_stats(self) -> dict[str, int] | None: ...
+    @property
+    def last_error(self) -> BackendError | None: ...
+    def connect(self) -> None: ...
+    def stats(self) -> dict[str, int]: ...
 
 @final
 class RedisKeyedLimiter(_RedisLimiter):

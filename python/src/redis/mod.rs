@@ -11,8 +11,6 @@
 mod options;
 mod remote;
 
-pub(crate) use remote::{redis_limit, LimitError};
-
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -54,10 +52,10 @@ fn base<'py>(
     burst: Option<&Bound<'py, PyAny>>,
     legacy: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<PyClassInitializer<PyRedisBase>> {
-    let spec = Remote::spec_from(limit, amount, period, burst, algorithm, max_delay)?;
+    let limit = Remote::limit_from(limit, amount, period, burst, algorithm, max_delay)?;
     let options = options(py, redis, legacy)?;
     let inner = Remote::new(
-        spec,
+        limit,
         Build {
             name,
             hybrid,
@@ -78,7 +76,7 @@ impl PyRedisBase {
     #[getter]
     fn quota(&self) -> PyQuota {
         PyQuota {
-            inner: self.inner.spec.quotas()[0],
+            inner: self.inner.remote.limit().quota(),
         }
     }
 
@@ -91,7 +89,28 @@ impl PyRedisBase {
     /// The algorithm's canonical name.
     #[getter]
     fn algorithm(&self) -> &'static str {
-        self.inner.spec.kind().name()
+        self.inner.remote.limit().kind().name()
+    }
+
+    /// Connects to Redis now and checks that it answers (`PING`): a wrong
+    /// password, a missing database or nothing listening raises here
+    /// (`BackendError`; `BackendTimeout` past the connect timeout) instead of
+    /// being answered by the failure policy at every check.
+    fn connect(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.connect(py)
+    }
+
+    /// Counters of who answered: `{"redis", "fail_open", "fail_closed",
+    /// "local_fallback", "data_errors", "circuit_opened", "policy_answers"}`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.inner.stats(py)
+    }
+
+    /// The last error Redis gave (the exception `try_check` would have raised
+    /// for it), or `None`: why the failure policy is answering.
+    #[getter]
+    fn last_error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.inner.last_error(py)
     }
 
     /// `{"local": ..., "round_trips": ...}` in hybrid mode, else `None`.
@@ -117,8 +136,8 @@ impl PyRedisBase {
         Ok(format!(
             "{}({:?}, algorithm={:?}{})",
             slf.get_type().name()?,
-            quota::describe(&r.spec.quotas()[0]),
-            r.spec.kind().name(),
+            quota::describe(&r.remote.limit().quota()),
+            r.remote.limit().kind().name(),
             if r.hybrid.is_some() {
                 ", hybrid=True"
             } else {

@@ -1,19 +1,16 @@
 //! `Remote`: one Redis limiter (and its hybrid front), what both Python classes
 //! hold, with the calls they share.
 
-use std::time::Duration;
-
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyString, PyTuple};
 use sluicegate::{Kind, Spec};
-use sluicegate_redis::{blocking, Algorithm, HybridConfig, Limit, Source};
+use sluicegate_redis::{blocking, HybridConfig, Limit, Source};
 
 use super::options::{secs, PyRedisOptions};
-use crate::args::Cost;
+use crate::args::{opt_uint, Cost};
 use crate::decision::PyDecision;
-use crate::limiters::spec_of;
-use crate::{aio, errors, wait};
+use crate::{aio, errors, quota, wait};
 
 /// A key from Python: `str` as it is, `int` in decimal, `bytes` as UTF-8 (or hex).
 pub(super) fn key_of(key: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -85,60 +82,11 @@ pub(super) fn start<'py>(
     })
 }
 
-/// The Redis limit of `spec`, as a Python error.
-fn limit_of(spec: &Spec) -> PyResult<Limit> {
-    redis_limit(spec).map_err(|e| match e {
-        LimitError::Kind(msg) => PyValueError::new_err(msg),
-        LimitError::Redis(e) => errors::backend(e),
-    })
-}
-
-/// Why a spec has no Redis limit.
-pub(crate) enum LimitError {
-    /// The kind or the number of limits.
-    Kind(String),
-    /// The Redis tier refused the quota.
-    Redis(sluicegate_redis::Error),
-}
-
-/// The Redis limit of `spec`. (The one `match` over kinds left in the bindings:
-/// `sluicegate_redis::Limit::from_spec` replaces it.)
-pub(crate) fn redis_limit(spec: &Spec) -> Result<Limit, LimitError> {
-    let algorithm = match spec.kind() {
-        Kind::TokenBucket => Algorithm::TokenBucket,
-        Kind::LeakyBucket => Algorithm::LeakyBucket,
-        Kind::FixedWindow => Algorithm::FixedWindow,
-        Kind::SlidingWindow => Algorithm::SlidingWindow,
-        Kind::Shaper => Algorithm::Shaper {
-            max_delay: Duration::from_nanos(spec.max_delay_ns()),
-        },
-        kind => {
-            let names: Vec<_> = Kind::ALL
-                .iter()
-                .filter(|k| k.caps().redis)
-                .map(|k| format!("{:?}", k.name()))
-                .collect();
-            return Err(LimitError::Kind(format!(
-                "{kind} has no Redis form: use one of {}",
-                names.join(", ")
-            )));
-        }
-    };
-    match spec.quotas() {
-        [q] => Limit::new(algorithm, *q).map_err(LimitError::Redis),
-        qs => Err(LimitError::Kind(format!(
-            "a Redis limiter takes one limit, not {}",
-            qs.len()
-        ))),
-    }
-}
-
 /// One Redis limiter, with its hybrid front when asked for: what both Python
 /// classes hold.
 pub(super) struct Remote {
     pub(super) remote: blocking::RedisLimiter,
     pub(super) hybrid: Option<blocking::HybridLimiter>,
-    pub(super) spec: Spec,
 }
 
 /// The arguments both constructors share, past the limit itself.
@@ -149,15 +97,11 @@ pub(super) struct Build<'a, 'py> {
 }
 
 impl Remote {
-    pub(super) fn new(spec: Spec, b: Build<'_, '_>) -> PyResult<Self> {
+    pub(super) fn new(limit: Limit, b: Build<'_, '_>) -> PyResult<Self> {
         let opts = b.options.get();
-        let remote = blocking::RedisLimiter::new(
-            opts.backend.clone(),
-            b.name,
-            limit_of(&spec)?,
-            opts.cfg.clone(),
-        )
-        .map_err(errors::backend)?;
+        let remote =
+            blocking::RedisLimiter::new(opts.backend.clone(), b.name, limit, opts.cfg.clone())
+                .map_err(errors::backend)?;
         let hybrid = if b.hybrid {
             Some(
                 blocking::HybridLimiter::new(remote.clone(), HybridConfig::default())
@@ -166,31 +110,68 @@ impl Remote {
         } else {
             None
         };
-        Ok(Self {
-            remote,
-            hybrid,
-            spec,
-        })
+        Ok(Self { remote, hybrid })
     }
 
-    pub(super) fn spec_from(
+    /// The Redis limit of the constructor's arguments: one quota of a kind with a
+    /// Redis script (`sluicegate_redis::Limit` decides, and says why not: a
+    /// `ValueError`). A sliding window past the local word's layout is fine here:
+    /// Redis stores plain integers.
+    pub(super) fn limit_from(
         limit: Option<&Bound<'_, PyAny>>,
         amount: Option<&Bound<'_, PyAny>>,
         period: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         algorithm: &str,
         max_delay: Option<f64>,
-    ) -> PyResult<Spec> {
+    ) -> PyResult<Limit> {
         let kind: Kind = algorithm
             .parse()
             .map_err(|e| PyValueError::new_err(format!("unknown algorithm {algorithm:?}: {e}")))?;
-        let spec = spec_of(kind, limit, amount, period, burst)?;
-        match max_delay {
-            Some(d) => spec
-                .with_max_delay_ns(secs(d, "max_delay")?.as_nanos().min(u64::MAX as u128) as u64)
-                .map_err(errors::spec),
-            None => Ok(spec),
+        let max_delay_ns = match max_delay {
+            Some(d) => u64::try_from(secs(d, "max_delay")?.as_nanos()).unwrap_or(u64::MAX),
+            None => 0,
+        };
+        let quotas = quota::from_args(
+            limit,
+            opt_uint(amount, "amount")?,
+            period,
+            opt_uint(burst, "burst")?,
+        )?;
+        match quotas.as_slice() {
+            [q] => Limit::from_parts(kind, *q, max_delay_ns).map_err(errors::backend),
+            several => {
+                let spec = Spec::new(kind, several).map_err(errors::spec)?;
+                Limit::from_spec(&spec).map_err(errors::backend)
+            }
         }
+    }
+
+    /// Connects now (and checks the server answers), so a misconfiguration
+    /// (a wrong password, a missing database, nothing listening) raises here.
+    pub(super) fn connect(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.remote.connect()).map_err(errors::backend)
+    }
+
+    /// The counters of who answered, as a dict.
+    pub(super) fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.remote.stats();
+        let d = PyDict::new(py);
+        d.set_item("redis", s.redis)?;
+        d.set_item("fail_open", s.fail_open)?;
+        d.set_item("fail_closed", s.fail_closed)?;
+        d.set_item("local_fallback", s.local_fallback)?;
+        d.set_item("data_errors", s.data_errors)?;
+        d.set_item("circuit_opened", s.circuit_opened)?;
+        d.set_item("policy_answers", s.policy_answers())?;
+        Ok(d)
+    }
+
+    /// The last backend error, as the exception a `try_check` would raise.
+    pub(super) fn last_error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.remote
+            .last_error()
+            .map(|e| errors::backend(e).into_value(py).into_any())
     }
 
     /// One check (or peek) with the GIL released, and which tier answered.

@@ -1,0 +1,231 @@
+//! The policy on Redis against a real redis-server (started here on a free
+//! loopback port, stopped when the test ends): rules on `redis` and `hybrid`
+//! sharing one count across policies, `on_error` when Redis is gone, and the
+//! Redis source reloading a fleet of two policies within a second, keeping the
+//! old rules when the new text is invalid.
+#![cfg(feature = "redis")]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluicegate_policy::redis::{RedisFactory, RedisSource};
+use sluicegate_policy::Policy;
+
+/// A redis-server of this test's, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test-redis installs it)");
+        let server = Server {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let client = redis::Client::open(server.url()).unwrap();
+        while client
+            .get_connection_with_timeout(Duration::from_millis(100))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn rules(url: &str, prefix: &str, limit: &str) -> String {
+    format!(
+        "[redis]\nurl = \"{url}\"\nprefix = \"{prefix}\"\n\n\
+         [[rule]]\nname = \"shared\"\nmatch = {{ tenant = \"*\" }}\nkey = [\"tenant\"]\nlimit = \"{limit}\"\nbackend = \"redis\"\non_error = \"closed\"\n\n\
+         [[rule]]\nname = \"leased\"\nmatch = {{ path = \"/hot\" }}\nlimit = \"1000/second\"\nbackend = \"hybrid\"\non_error = \"open\"\n"
+    )
+}
+
+#[test]
+fn redis_and_hybrid_rules_share_one_count_across_policies() {
+    let server = Server::start();
+    let text = rules(&server.url(), "share:", "3/hour");
+    let build = || {
+        Policy::builder()
+            .remote(RedisFactory::default())
+            .from_toml(&text)
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    let got: Vec<bool> = [&a, &b, &a, &b]
+        .iter()
+        .map(|p| p.check(&[("tenant", "acme")]).allowed())
+        .collect();
+    assert_eq!(got, [true, true, true, false]);
+    assert!(b.check(&[("tenant", "globex")]).allowed());
+    // The hybrid rule: a thousand a second between them, most from leases.
+    let hot = (0..200)
+        .filter(|i| {
+            let p = if i % 2 == 0 { &a } else { &b };
+            p.check(&[("path", "/hot"), ("tenant", "t2")]).allowed()
+        })
+        .count();
+    assert_eq!(
+        hot, 3,
+        "the `shared` rule (3/hour for t2) holds back the rest"
+    );
+    assert_eq!(a.metrics_at(0)[0].backend_errors, 0);
+}
+
+#[test]
+fn on_error_answers_when_redis_is_gone() {
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let p = Policy::builder()
+        .remote(RedisFactory::default())
+        .from_toml(&rules(&dead, "gone:", "3/hour"))
+        .unwrap();
+    // `shared` is closed: denied; the hybrid `leased` alone is open: admitted.
+    assert!(!p.check(&[("tenant", "acme")]).allowed());
+    assert!(p.check(&[("path", "/hot")]).allowed());
+    let m = p.metrics_at(0);
+    assert_eq!((m[0].backend_errors, m[1].backend_errors), (1, 1));
+}
+
+#[test]
+fn a_fleet_reloads_from_the_redis_source_within_a_second_and_keeps_valid_rules() {
+    let server = Server::start();
+    let source = RedisSource::new(&server.url(), "fleet:rules", "fleet:changed").unwrap();
+    let v1 = "[[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\nlimit = \"1/hour\"\n";
+    source.publish(v1).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let checks = Arc::new(AtomicU64::new(0));
+    // Two members of the fleet, each a policy with its watcher, checking all along.
+    let members: Vec<_> = (0..2)
+        .map(|_| {
+            let policy = Arc::new(source.load(Policy::builder()).unwrap());
+            let watcher = source
+                .watch(policy.clone(), Duration::from_secs(5))
+                .unwrap();
+            let (stop, checks, p) = (stop.clone(), checks.clone(), policy.clone());
+            let load = std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    p.check(&[("ip", "192.0.2.7")]);
+                    checks.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            });
+            (policy, watcher, load)
+        })
+        .collect();
+    let names = |p: &Policy| -> Vec<String> {
+        p.definition()
+            .rules()
+            .iter()
+            .map(|r| r.name().to_owned())
+            .collect()
+    };
+    let wait_for = |want: &[&str]| {
+        let start = Instant::now();
+        for (p, _, _) in &members {
+            while names(p) != want {
+                assert!(
+                    start.elapsed() < Duration::from_secs(1),
+                    "not reloaded within 1 s: {:?}",
+                    names(p)
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        start.elapsed()
+    };
+    // The per-ip unit is spent in each member (by its load, or by this check).
+    for (p, _, _) in &members {
+        p.check(&[("ip", "192.0.2.7")]);
+        assert!(!p.check(&[("ip", "192.0.2.7")]).allowed());
+    }
+    let v2 = format!("{v1}\n[[rule]]\nname = \"global\"\nlimit = \"100000/second\"\n");
+    source.publish(&v2).unwrap();
+    let took = wait_for(&["per-ip", "global"]);
+    eprintln!("fleet of 2 reloaded in {took:?}");
+    for (p, _, _) in &members {
+        // The unchanged rule kept its state: still spent.
+        assert!(!p.check(&[("ip", "192.0.2.7")]).allowed());
+        assert!(p.check(&[("ip", "192.0.2.8")]).allowed());
+    }
+    // Invalid text: every member keeps its rules and says why.
+    source
+        .publish("[[rule]]\nname = \"broken\"\nlimit = \"sometimes\"\n")
+        .unwrap();
+    let start = Instant::now();
+    for (p, _, _) in &members {
+        while p.last_error().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "no error recorded"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(
+            p.last_error().unwrap().contains(":3:"),
+            "{:?}",
+            p.last_error()
+        );
+        assert_eq!(names(p), ["per-ip", "global"]);
+    }
+    // And a valid text after it is taken again.
+    source.publish(v1).unwrap();
+    wait_for(&["per-ip"]);
+    stop.store(true, Ordering::Relaxed);
+    for (_, watcher, load) in members {
+        load.join().unwrap();
+        watcher.stop();
+    }
+    // The members kept checking through every reload.
+    let checks = checks.load(Ordering::Relaxed);
+    eprintln!("{checks} checks during the reloads");
+    assert!(checks >= 10, "{checks}");
+}
+
+#[test]
+fn the_source_reports_a_missing_key_and_an_unreachable_server() {
+    let server = Server::start();
+    let s = RedisSource::new(&server.url(), "nothing-here", "c").unwrap();
+    let e = s.fetch().unwrap_err();
+    assert!(e.to_string().contains("nothing-here"), "{e}");
+    let dead = RedisSource::new(&format!("redis://127.0.0.1:{}", free_port()), "k", "c").unwrap();
+    assert!(dead.fetch().is_err());
+    assert!(dead.load(Policy::builder()).is_err());
+}

@@ -1,0 +1,282 @@
+//! A key's lease: the units Redis charged to this process, spent with one
+//! compare-and-swap; the negative cache; and the round trip that takes the next
+//! batch (sizes, expiry on the local clock, the answer when it fails).
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use core::time::Duration;
+use std::sync::Arc;
+
+use sluicegate::Decision;
+
+use super::HybridLimiter;
+use crate::error::Error;
+use crate::limit::Reply;
+use crate::script::window_left_ns;
+use crate::verdict::{Source, Verdict};
+
+/// The lease word: the units left in its low 32 bits, the lease's sequence number
+/// in the high 32 (one per lease, so a compare-and-swap against an earlier
+/// lease's word fails).
+pub(crate) const UNITS: u64 = u32::MAX as u64;
+/// A window lease expires `1/2^DRIFT_SHIFT` of its time early: room for NTP's
+/// slew (at most 500 ppm) of each of the two clocks.
+const DRIFT_SHIFT: u32 = 9;
+
+/// One key's local state. Everything a lease hit reads is here, next to the lease
+/// word it writes: one cache line moves per hit.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Entry {
+    /// The lease: sequence number and units left (see [`UNITS`]).
+    pub(crate) lease: AtomicU64,
+    /// When the lease's units expire (ns on the limiter's monotonic clock).
+    pub(crate) expires: AtomicU64,
+    /// Windows: where the lease's window ends, in Redis time (ns since the epoch).
+    pub(crate) window_end: AtomicU64,
+    /// Windows: Redis time minus local time at the last lease, rounded up (ns):
+    /// local `t` is no later than Redis time `t + offset` (0: no lease yet).
+    pub(crate) offset: AtomicU64,
+    /// Deny requests of at least `deny_cost` locally until then (negative cache).
+    pub(crate) deny_until: AtomicU64,
+    pub(crate) deny_cost: AtomicU64,
+    /// When the last lease was taken, and the units it put in this process's
+    /// hands: spent since = `leased` − units left.
+    pub(crate) last_lease: AtomicU64,
+    pub(crate) leased: AtomicU64,
+    pub(crate) flight: tokio::sync::Mutex<()>,
+    /// Round trips of this key that failed (Redis unavailable).
+    pub(crate) failures: AtomicU64,
+}
+
+impl Entry {
+    /// Whether dropping the entry loses nothing: no units leased, no denial
+    /// pending, no check holding it.
+    pub(crate) fn idle(self: &Arc<Self>, now: u64) -> bool {
+        Arc::strong_count(self) == 1
+            && (self.lease.load(Ordering::Relaxed) & UNITS == 0
+                || now >= self.expires.load(Ordering::Relaxed))
+            && now >= self.deny_until.load(Ordering::Relaxed)
+    }
+
+    /// Replaces the lease (the caller holds the key's flight). Readers that loaded
+    /// the old word fail their compare-and-swap; readers that load the new one see
+    /// its expiry and window, stored before it.
+    fn store_lease(&self, units: u64, expires: u64, window_end: u64, offset: u64) {
+        let seq = (self.lease.load(Ordering::Relaxed) >> 32).wrapping_add(1) << 32;
+        self.lease.store(seq, Ordering::Release);
+        self.expires.store(expires, Ordering::Release);
+        self.window_end.store(window_end, Ordering::Release);
+        self.offset.store(offset, Ordering::Release);
+        self.lease.store(seq | units.min(UNITS), Ordering::Release);
+    }
+}
+
+impl HybridLimiter {
+    /// Joins `key`'s single flight: at once if no other check of the key is
+    /// making a round trip. Otherwise `None` (answer by the policy) when the
+    /// key's circuit is not closed (the other check is the half-open probe: only
+    /// it waits), when the wait would pass the timeout + connect timeout bound,
+    /// or when the round trip it waited for failed (no queue of timeouts).
+    pub(super) async fn join_flight<'e>(
+        &self,
+        e: &'e Entry,
+        key: &str,
+    ) -> Option<tokio::sync::MutexGuard<'e, ()>> {
+        if let Ok(g) = e.flight.try_lock() {
+            return Some(g);
+        }
+        let remote = &self.inner.remote;
+        if !remote.circuit_closed_for(key) {
+            return None;
+        }
+        let failures = e.failures.load(Ordering::Acquire);
+        let link = &remote.inner.link;
+        let bound = link.timeout() + link.connect_timeout();
+        let g = tokio::time::timeout(bound, e.flight.lock()).await.ok()?;
+        (e.failures.load(Ordering::Acquire) == failures).then_some(g)
+    }
+
+    /// A decision without a round trip, if there is one: units from the lease, or
+    /// the negative cache.
+    pub(super) fn local(&self, e: &Entry, key: &str, n: u64, limit: u64) -> Option<Verdict> {
+        let inner = &*self.inner;
+        let mut word = e.lease.load(Ordering::Acquire);
+        loop {
+            // The clock is read after the lease word is loaded: a lease seen here
+            // was charged on Redis before this instant.
+            let now = inner.now();
+            let left = word & UNITS;
+            if left >= n && now < e.expires.load(Ordering::Acquire) {
+                // Loaded after the word, before the swap: if the swap succeeds they
+                // are this lease's (a new lease changes the word first).
+                let end = e.window_end.load(Ordering::Acquire);
+                let offset = e.offset.load(Ordering::Acquire);
+                match e.lease.compare_exchange_weak(
+                    word,
+                    word - n,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        inner.counters.local();
+                        // A window's front records the units in the window they
+                        // were charged to.
+                        let at = now.saturating_add(offset).min(end.saturating_sub(1));
+                        inner.front.charge(key, n, at);
+                        return Some(Verdict {
+                            decision: Decision {
+                                allowed: true,
+                                remaining: left - n,
+                                retry_after_ns: 0,
+                                reset_after_ns: 0,
+                                limit,
+                            },
+                            source: Source::Lease,
+                            delay_ns: 0,
+                        });
+                    }
+                    Err(w) => {
+                        word = w;
+                        continue;
+                    }
+                }
+            }
+            let deny_until = e.deny_until.load(Ordering::Acquire);
+            if now < deny_until && n >= e.deny_cost.load(Ordering::Relaxed) {
+                inner.counters.local();
+                return Some(Verdict {
+                    decision: Decision {
+                        allowed: false,
+                        remaining: 0,
+                        retry_after_ns: deny_until - now,
+                        reset_after_ns: 0,
+                        limit,
+                    },
+                    source: Source::LocalDenial,
+                    delay_ns: 0,
+                });
+            }
+            return None;
+        }
+    }
+
+    /// The round trip: one lease of a batch (the caller holds the key's flight).
+    pub(super) async fn lease(&self, e: &Entry, key: &str, n: u64) -> Result<Verdict, Error> {
+        let inner = &*self.inner;
+        inner.counters.round_trip();
+        // Before the request is sent: Redis decides at or after this instant.
+        let t0 = inner.now();
+        let batch = self.batch_size(e, t0).max(n);
+        let r = match inner.remote.try_lease(key, batch).await {
+            Ok(r) => r,
+            Err(err) if err.is_unavailable() => {
+                // The checks waiting for this flight answer by the policy too,
+                // instead of each trying again (see `join_flight`).
+                e.failures.fetch_add(1, Ordering::Release);
+                return Ok(inner.remote.policy(key, n, true));
+            }
+            // The capacity, or a per-key data error: this check's alone.
+            Err(err) => return Err(err),
+        };
+        let (expires, window_end, offset) = self.expiry(t0, &r);
+        if r.decision.allowed && r.granted >= n {
+            let left = r.granted - n;
+            e.store_lease(left, expires, window_end, offset);
+            e.last_lease.store(t0, Ordering::Relaxed);
+            e.leased.store(r.granted, Ordering::Relaxed);
+            let at = inner
+                .now()
+                .saturating_add(offset)
+                .min(window_end.saturating_sub(1));
+            inner.front.charge(key, n, at);
+            return Ok(Verdict {
+                decision: Decision {
+                    remaining: r.decision.remaining + left,
+                    ..r.decision
+                },
+                source: Source::Redis,
+                delay_ns: 0,
+            });
+        }
+        // Denied, or granted fewer than n: those are kept for smaller requests.
+        let (retry, cost) = if r.granted > 0 {
+            e.store_lease(r.granted, expires, window_end, offset);
+            e.last_lease.store(t0, Ordering::Relaxed);
+            e.leased.store(r.granted, Ordering::Relaxed);
+            (self.retry_for(n, r.granted, &r), n)
+        } else {
+            // A denial of one unit: it holds for every cost, until a batch of
+            // this key's demand can be there (at saturation the next lease then
+            // brings a batch, not the one unit freed first; the units wait in
+            // Redis, not lost, and the wait is at most a batch's worth of rate).
+            let batch_retry = self.retry_for(batch, 0, &r);
+            (r.decision.retry_after_ns.max(batch_retry), 1)
+        };
+        e.deny_cost.store(cost, Ordering::Relaxed);
+        e.deny_until
+            .store(t0.saturating_add(retry), Ordering::Release);
+        Ok(Verdict {
+            decision: Decision {
+                allowed: false,
+                remaining: r.decision.remaining + r.granted,
+                retry_after_ns: retry,
+                ..r.decision
+            },
+            source: Source::Redis,
+            delay_ns: 0,
+        })
+    }
+
+    /// After a lease granted `granted < n` (all Redis had), the earliest `n` fresh
+    /// units can be there, at the latest: a lower bound on when a retry can
+    /// succeed.
+    fn retry_for(&self, n: u64, granted: u64, r: &Reply) -> u64 {
+        let limit = self.inner.remote.limit();
+        (limit.script.partial_retry_ns)(&limit.params, n, granted, r.now_us)
+    }
+
+    /// A lease's local expiry, its window's end in Redis time, and the Redis-time
+    /// offset (see the module docs' "Leases and time").
+    fn expiry(&self, t0: u64, r: &Reply) -> (u64, u64, u64) {
+        let inner = &*self.inner;
+        let ttl = t0.saturating_add(nanos(inner.cfg.lease_ttl));
+        let w = inner.window_ns;
+        if w == 0 {
+            return (ttl, u64::MAX, 0);
+        }
+        let now_ns = r.now_us.saturating_mul(1000);
+        // Redis' true time was below now_us + 1 µs when it decided, at or after t0.
+        let left = window_left_ns(r.now_us, w).saturating_sub(1000);
+        let safe = left - (left >> DRIFT_SHIFT);
+        let expires = ttl.min(t0.saturating_add(safe));
+        let end = now_ns.saturating_add(window_left_ns(r.now_us, w));
+        let offset = now_ns.saturating_add(999).saturating_sub(t0).max(1);
+        (expires, end, offset)
+    }
+
+    fn batch_size(&self, e: &Entry, now: u64) -> u64 {
+        let inner = &*self.inner;
+        let max = inner.max_batch;
+        let last = e.last_lease.load(Ordering::Relaxed);
+        if last == 0 {
+            return 1; // no rate known yet: start small
+        }
+        let left = e.lease.load(Ordering::Relaxed) & UNITS;
+        let spent = e.leased.load(Ordering::Relaxed).saturating_sub(left) as u128;
+        let elapsed = now.saturating_sub(last).max(1) as u128;
+        let mut horizon = nanos(inner.cfg.horizon);
+        let offset = e.offset.load(Ordering::Relaxed);
+        if inner.window_ns > 0 && offset != 0 {
+            // A window's units expire at its end: lease what the local rate spends
+            // before then (Redis time estimated late: the time left, low).
+            let redis_now = now.saturating_add(offset);
+            horizon = horizon.min(inner.window_ns - redis_now % inner.window_ns);
+        }
+        let want = spent * horizon as u128 / elapsed;
+        (want.min(max as u128) as u64).max(1)
+    }
+}
+
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,471 @@
+//! Hybrid mode: a local lock-free limiter in front, units leased from Redis in
+//! batches and spent locally, and a local negative cache after a denial. For the
+//! token bucket, the leaky bucket, the fixed window and the sliding window
+//! counter (not the shaper: its grants come with delays).
+//!
+//! # How a check runs
+//! 1. The **lease**: units Redis already charged to this process are taken with
+//!    one compare-and-swap: no round trip.
+//! 2. The **negative cache**: after Redis denied the key a cost, checks of at
+//!    least that cost are denied locally until that denial's `retry_after` has
+//!    passed. (It comes after the lease, so that units leased before a larger
+//!    request was denied still serve smaller ones.)
+//! 3. The **front limiter**, a lock-free `sluicegate` keyed limiter at the full
+//!    quota, charged only with admitted units, denies what this process alone has
+//!    already used up: no round trip. For the buckets it is a token bucket on the
+//!    local clock; for the windows it is the same window algorithm
+//!    ([`sluicegate::Fixed`], [`sluicegate::Sliding`]) on this process's estimate of
+//!    Redis time, which is never earlier than Redis time, with every unit recorded
+//!    in the window Redis charged it to. So it counts, per window, no more than
+//!    Redis does, and decides at a time no earlier than Redis': a window it denies
+//!    is one Redis denies too (up to the few units of checks that race a change
+//!    of window, which it may count in the later window).
+//! 4. Otherwise one task per key (single flight: concurrent checks of the key wait
+//!    for it) leases a batch with the lease script, which charges up to the batch
+//!    size in one call ([`RedisLimiter::try_lease`]).
+//!
+//! # Leases and time
+//! A bucket lease expires [`HybridConfig::lease_ttl`] after it was asked for. A
+//! window lease expires at the earlier of that and the end of the window Redis
+//! charged it to, translated to the local monotonic clock conservatively: the
+//! script reads Redis `TIME` after the request was sent (local time `t₀`), in
+//! whole microseconds, so the window ends on the local clock no earlier than
+//! `t₀ + (end − now_us − 1 µs)`; the lease expires `1/512` of that sooner still,
+//! room for the two clocks running at different rates (NTP slews a clock by at
+//! most 500 ppm). A check reads the clock *after* it loaded the lease, and the
+//! lease word carries a sequence number next to its units, so a unit is spent
+//! after Redis charged it and before its own lease's expiry: never under an
+//! earlier lease's expiry.
+//!
+//! # Key map
+//! The keys' lease state is in a map of up to 64 shards, each a
+//! `RwLock<HashMap>` in its own cache line, chosen by a seeded hash of the key. A
+//! check that spends from a lease takes its shard's read lock and writes nothing
+//! but the lease word (no reference count, no shared counter: the statistics are
+//! striped per thread), so checks of different keys on different cores rarely
+//! touch a common cache line. The shards hold at most `max_keys` keys together
+//! (`⌊max_keys / shards⌋` each); a shard that is full drops its idle keys (nothing
+//! leased, no denial pending, not in use), and if every one is live, one of
+//! them: its leased units are then lost (charged on Redis, never spent), never
+//! spent twice.
+//!
+//! # Batch size
+//! Sized from the local rate: the units this process spent since its last lease,
+//! over the time since, times [`HybridConfig::horizon`] (for a window, at most the
+//! time left in the window), clamped to `1..=max_batch`. When Redis has less than
+//! two batches left the leases drop to single units, so the last units go to
+//! whichever process asks first, not to whichever leased last.
+//!
+//! # Accuracy bound
+//! Every admitted unit was charged on Redis, by the script that decides a plain
+//! check, before it was admitted (when it was leased); the front limiter and the
+//! negative cache only deny. Over-admission, per algorithm:
+//!
+//! * **Token bucket, leaky bucket** (rate `r` per period `P`, burst `b`): the
+//!   global bucket admits at most `b + r·Δ/P` over any interval `Δ`: **the global
+//!   quota is never exceeded** in units charged. A leased unit is spent at most
+//!   [`HybridConfig::lease_ttl`] (`L`) after it was charged, and dropped unspent
+//!   after that, so admissions over any interval of length `Δ` across the fleet
+//!   are at most `b + r·(Δ + L)/P`.
+//! * **Fixed window** (limit `l`): a unit charged to window `k` is spent within
+//!   window `k` (in Redis time), so the fleet admits in window `k` at most what
+//!   the script charged to it: **at most `l` per window, exactly the script's
+//!   bound, no slack.**
+//! * **Sliding window counter** (limit `l`, window `W`): let `P`, `C(t)` be the
+//!   previous and current window's counts the script holds (units charged), and
+//!   `p`, `c(t)` the units the fleet admitted in those windows up to `t`. Each
+//!   admitted unit was charged at or before its admission, in the window it is
+//!   admitted in, so `p ≤ P` and `c(t) ≤ C(t)`. The estimate
+//!   `⌈p·(W − e)/W⌉ + c` is monotone in both counts, so at every instant the
+//!   estimate of what the fleet admitted is at most the script's; and the
+//!   script's is at most `l` at every instant (it charges only when
+//!   `estimate + n ≤ l`, and the estimate only falls between charges, also
+//!   across a window change, where `⌈C·W/W⌉ = C`). So at each admission the
+//!   estimate of the admitted units, that one included, is at most `l`: **the
+//!   script alone, fed exactly the admitted requests at the times they were
+//!   admitted, would have admitted every one of them. No extra slack**: the
+//!   sliding counter's own guarantees (at most `l` per aligned window, at most
+//!   `2·l` in any span of one window) hold fleet-wide unchanged.
+//!
+//! The window bounds take Redis `TIME` as a clock that neither steps forward nor
+//! runs more than `1/512` faster than the local one (two clocks each slewed by
+//! NTP differ by at most 1000 ppm). If it steps forward (an operator, a
+//! failover to a server with a later clock), a window may end before its leases
+//! expire locally, and the units then unspent in the fleet (at most `max_batch`
+//! per process) may be spent in the next window. If it steps back, the script
+//! keeps deciding in the stored window and the leases stay conservative.
+//!
+//! The other way (under-admission, never over-admission): each of `N` processes
+//! holds at most `max_batch` unspent units at any moment, so the fleet may deny
+//! while up to `N·max_batch` units sit in other processes' leases, and each lease
+//! that expires unspent loses at most `max_batch` (for a window, at its end:
+//! the batch size keeps a window's lease to what the local rate spends before the
+//! window ends).
+
+mod front;
+mod keys;
+mod lease;
+
+use core::sync::atomic::Ordering;
+use core::time::Duration;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluicegate::InsufficientCapacity;
+
+use crate::error::{ConfigError, Error};
+use crate::limiter::RedisLimiter;
+use crate::verdict::{Source, Verdict};
+
+use front::Front;
+use keys::{Counters, KeyMap};
+use lease::UNITS;
+
+/// Settings of a [`HybridLimiter`].
+///
+/// ```
+/// use sluicegate_redis::HybridConfig;
+/// let c = HybridConfig::default();
+/// assert_eq!(c.horizon.as_millis(), 100);
+/// assert_eq!(c.lease_ttl.as_millis(), 250);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HybridConfig {
+    /// A lease is sized to last this long at the local rate.
+    pub horizon: Duration,
+    /// Leased units not spent within this long are dropped (the `L` of the bound;
+    /// a window's units are dropped at the window's end, if that is sooner).
+    pub lease_ttl: Duration,
+    /// The largest lease; `None`: a tenth of the burst or window limit (at least
+    /// 1). At most `2^32 − 1`.
+    pub max_batch: Option<u64>,
+    /// Keys whose lease state is kept (at least 1); past it, idle keys are dropped.
+    pub max_keys: usize,
+}
+
+impl Default for HybridConfig {
+    fn default() -> Self {
+        Self {
+            horizon: Duration::from_millis(100),
+            lease_ttl: Duration::from_millis(250),
+            max_batch: None,
+            max_keys: 100_000,
+        }
+    }
+}
+
+/// Hit counters of a [`HybridLimiter`].
+///
+/// ```
+/// use sluicegate_redis::HybridStats;
+/// let s = HybridStats { local: 95, round_trips: 5 };
+/// assert_eq!(s.local_share(), 0.95);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HybridStats {
+    /// Checks answered without a round trip.
+    pub local: u64,
+    /// Checks that made a round trip (leases and policy answers after a failed one).
+    pub round_trips: u64,
+}
+
+impl HybridStats {
+    /// The share of checks answered locally (1.0 when there were none).
+    ///
+    /// ```
+    /// # use sluicegate_redis::HybridStats;
+    /// assert_eq!(HybridStats::default().local_share(), 1.0);
+    /// ```
+    pub fn local_share(&self) -> f64 {
+        let all = self.local + self.round_trips;
+        if all == 0 {
+            1.0
+        } else {
+            self.local as f64 / all as f64
+        }
+    }
+}
+
+/// A token-bucket, leaky-bucket, fixed-window or sliding-window [`RedisLimiter`]
+/// with a local tier in front: see the [module docs](self) for the bound. Cheap
+/// to clone.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), sluicegate_redis::Error> {
+/// use sluicegate_redis::*;
+/// let limit = Limit::parse("token_bucket", "1000/second")?;
+/// let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "api", limit, Config::default())?;
+/// let h = HybridLimiter::new(rl, HybridConfig::default())?;
+/// for _ in 0..100 {
+///     assert!(h.check("user:1").await?.decision.allowed);
+/// }
+/// // Most of those were spent from a lease, without a round trip.
+/// assert!(h.stats().local > 50);
+///
+/// // A window: at most 600 a minute fleet-wide, leased and spent locally too.
+/// let limit = Limit::parse("sliding_window", "600/minute")?;
+/// let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:6379")?, "api-w", limit, Config::default())?;
+/// let w = HybridLimiter::new(rl, HybridConfig::default())?;
+/// assert!(w.check("user:1").await?.decision.allowed);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct HybridLimiter {
+    inner: Arc<HybridInner>,
+}
+
+struct HybridInner {
+    remote: RedisLimiter,
+    front: Front,
+    cfg: HybridConfig,
+    max_batch: u64,
+    /// The window in ns (0 for the buckets).
+    window_ns: u64,
+    keys: KeyMap,
+    epoch: Instant,
+    counters: Counters,
+}
+
+impl HybridInner {
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+}
+
+impl core::fmt::Debug for HybridLimiter {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HybridLimiter")
+            .field("remote", &self.inner.remote)
+            .field("cfg", &self.inner.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HybridLimiter {
+    /// Puts a local tier in front of `remote`: a token bucket, a leaky bucket, a
+    /// fixed window or a sliding window counter (a shaper with a max delay is an
+    /// [`Error::Config`]).
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let url = || Backend::from_url("redis://127.0.0.1:1").unwrap();
+    /// let window = Limit::parse("fixed_window", "10/s").unwrap();
+    /// let rl = RedisLimiter::new(url(), "x", window, Config::default()).unwrap();
+    /// assert!(HybridLimiter::new(rl, HybridConfig::default()).is_ok());
+    /// let spec = sluicegate::Spec::parse(sluicegate::Kind::Shaper, "10/s").unwrap();
+    /// let limit = Limit::from_spec(&spec.with_max_delay_ns(5_000_000).unwrap()).unwrap();
+    /// let rl = RedisLimiter::new(url(), "x", limit, Config::default()).unwrap();
+    /// assert!(HybridLimiter::new(rl, HybridConfig::default()).is_err());
+    /// ```
+    pub fn new(remote: RedisLimiter, cfg: HybridConfig) -> Result<Self, Error> {
+        let limit = *remote.limit();
+        if !limit.leasable() {
+            return Err(Error::Config(ConfigError::new(
+                "spec",
+                "hybrid mode leases bucket or window units; a shaper's come with delays",
+            )));
+        }
+        let capacity = limit.capacity();
+        let max_batch = cfg
+            .max_batch
+            .unwrap_or(capacity / 10)
+            .clamp(1, capacity.clamp(1, UNITS));
+        let slots = cfg.max_keys.clamp(16, 1 << 24);
+        Ok(Self {
+            inner: Arc::new(HybridInner {
+                front: Front::new(&limit, slots)?,
+                window_ns: limit.params.window_ns,
+                remote,
+                cfg,
+                max_batch,
+                keys: KeyMap::new(cfg.max_keys),
+                epoch: Instant::now(),
+                counters: Counters(Default::default()),
+            }),
+        })
+    }
+
+    /// The constructor a factory calls for `backend = "hybrid"`: see
+    /// [`RedisLimiter::from_spec`] (the URL, the spec, the settings with the
+    /// failure policy) and [`HybridConfig`].
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// use sluicegate_redis::{Config, HybridConfig, HybridLimiter};
+    /// let spec = Spec::parse(Kind::TokenBucket, "1000/second").unwrap();
+    /// let cfg = Config { policy: "local".parse().unwrap(), ..Config::default() };
+    /// let h = HybridLimiter::from_spec("redis://127.0.0.1:6379", "api", &spec, cfg, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.max_batch(), 100);
+    /// let shaper = Spec::parse(Kind::Shaper, "10/s").unwrap().with_max_delay_ns(1_000_000).unwrap();
+    /// assert!(HybridLimiter::from_spec("redis://127.0.0.1:6379", "s", &shaper, Config::default(), HybridConfig::default()).is_err());
+    /// ```
+    pub fn from_spec(
+        url: &str,
+        name: &str,
+        spec: &sluicegate::Spec,
+        cfg: crate::Config,
+        hybrid: HybridConfig,
+    ) -> Result<Self, Error> {
+        Self::new(RedisLimiter::from_spec(url, name, spec, cfg)?, hybrid)
+    }
+
+    /// The counters so far.
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::parse("token_bucket", "10/s").unwrap();
+    /// # let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.stats().round_trips, 0);
+    /// ```
+    pub fn stats(&self) -> HybridStats {
+        let mut s = HybridStats::default();
+        for stripe in &self.inner.counters.0 {
+            s.local += stripe.local.load(Ordering::Relaxed);
+            s.round_trips += stripe.round_trips.load(Ordering::Relaxed);
+        }
+        s
+    }
+
+    /// The largest lease this limiter takes.
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// # use sluicegate::{Kind, Quota};
+    /// # let limit = Limit::from_quota(Kind::TokenBucket, Quota::per_second(10).burst(50)).unwrap();
+    /// # let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.max_batch(), 5);
+    /// ```
+    pub fn max_batch(&self) -> u64 {
+        self.inner.max_batch
+    }
+
+    /// How many keys' lease state is held now (at most [`HybridConfig::max_keys`]).
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::parse("fixed_window", "10/s").unwrap();
+    /// # let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.keys(), 0);
+    /// ```
+    pub fn keys(&self) -> usize {
+        self.inner.keys.len()
+    }
+
+    /// The underlying Redis limiter.
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::parse("token_bucket", "10/s").unwrap();
+    /// # let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.remote().limit().capacity(), 10);
+    /// ```
+    pub fn remote(&self) -> &RedisLimiter {
+        &self.inner.remote
+    }
+
+    /// Checks one unit. See [`Self::check_n`].
+    ///
+    /// ```no_run
+    /// # async fn f(h: sluicegate_redis::HybridLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// let v = h.check("k").await?;
+    /// assert!(v.decision.allowed || v.decision.retry_after_ns > 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn check(&self, key: &str) -> Result<Verdict, Error> {
+        self.check_n(key, 1).await
+    }
+
+    /// The part of [`Self::check_n`] decided in this process, without waiting:
+    /// `n` units spent from the key's lease ([`Source::Lease`]), or denied by the
+    /// front limiter ([`Source::LocalDenial`]); `None` when only Redis can
+    /// decide (or for `n = 0`, a peek at Redis). A cost above the capacity is an
+    /// error, as for `check_n`. What the blocking API calls first, so a check
+    /// answered locally never enters a runtime.
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "100/s").unwrap();
+    /// let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert!(h.check_local("k", 1).unwrap().is_none()); // no lease yet
+    /// assert!(h.check_local("k", 101).is_err());
+    /// ```
+    pub fn check_local(&self, key: &str, n: u64) -> Result<Option<Verdict>, Error> {
+        let inner = &*self.inner;
+        let limit = inner.remote.limit().capacity();
+        if n > limit {
+            return Err(Error::Capacity(InsufficientCapacity {
+                requested: n,
+                capacity: limit,
+            }));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let offset = match inner.keys.with(key, |e| {
+            (
+                self.local(e, key, n, limit),
+                e.offset.load(Ordering::Acquire),
+            )
+        }) {
+            Some((Some(v), _)) => return Ok(Some(v)),
+            Some((None, offset)) => offset,
+            None => 0,
+        };
+        // The front limiter only ever sees admitted units (it is charged on
+        // admission), so it denies exactly when this process alone has used the
+        // whole quota: a denial Redis would give, without asking. A window's front
+        // runs on Redis time, known after the key's first lease.
+        if inner.window_ns == 0 || offset != 0 {
+            let at = inner.now().saturating_add(offset);
+            let front = inner.front.peek(key, n, at).map_err(Error::Capacity)?;
+            if !front.allowed {
+                inner.counters.local();
+                return Ok(Some(Verdict {
+                    decision: front,
+                    source: Source::LocalDenial,
+                    delay_ns: 0,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Checks and charges `n` units for `key`; see the [module docs](self). The
+    /// decision's `remaining` counts this process's lease and what Redis reported
+    /// at the last lease; `n = 0` peeks at Redis.
+    ///
+    /// ```no_run
+    /// # async fn f(h: sluicegate_redis::HybridLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// let v = h.check_n("k", 2).await?;
+    /// if v.source == sluicegate_redis::Source::Lease { assert!(v.decision.allowed) }
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        let inner = &*self.inner;
+        if n == 0 {
+            inner.counters.round_trip();
+            return inner.remote.peek_n(key, 0).await;
+        }
+        if let Some(v) = self.check_local(key, n)? {
+            return Ok(v);
+        }
+        let limit = inner.remote.limit().capacity();
+        let entry = inner.keys.entry(key, inner.now());
+        let Some(_flight) = self.join_flight(&entry, key).await else {
+            inner.counters.round_trip();
+            return Ok(inner.remote.policy(key, n, true));
+        };
+        // Another task may have leased while this one waited.
+        if let Some(v) = self.local(&entry, key, n, limit) {
+            return Ok(v);
+        }
+        self.lease(&entry, key, n).await
+    }
+}
