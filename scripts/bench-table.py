@@ -176,6 +176,16 @@ def verdict(value, target, at_most):
     return "**missed**", 1
 
 
+def median_table(out, title, kind, rows, results, base):
+    """A section of `out`: each of `rows` (name, description) with its median and
+    its ratio to the `base` row of the same `results`."""
+    out += [title, "", f"| benchmark | {kind} | median (ns) | vs `{base}` |", "|---|---|---:|---:|"]
+    for row, what in rows:
+        v = results.get(row)
+        out.append(f"| `{row}` | {what} | {ns(v)} | {fmt_ratio(ratio(v, results.get(base)))} |")
+    out.append("")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("criterion_dir")
@@ -189,28 +199,21 @@ def main():
         sys.exit(f"bench-table: no criterion results in {args.criterion_dir}")
     one = res.get(DIRECT, {})
     two = res.get(CONTENDED, {})
-    gov = one.get(GOVERNOR)
-    tb = one.get(TOKEN_BUCKET)
     kstats = keyed_stats(args.log)
     mem_lines, per_slot = memory_table(args.memory)
 
     out = []
-    out.append("#### One thread (criterion group `direct`), token-bucket contenders")
-    out.append("")
-    out.append("| benchmark | what | median (ns) | vs `governor check` |")
-    out.append("|---|---|---:|---:|")
-    for row, what in ANCHOR_ROWS:
-        v = one.get(row)
-        out.append(f"| `{row}` | {what} | {ns(v)} | {fmt_ratio(ratio(v, gov))} |")
-    out.append("")
-    out.append("#### One thread, every sluicegate algorithm (same quota, time passed in)")
-    out.append("")
-    out.append("| benchmark | algorithm | median (ns) | vs `token_bucket check_at` |")
-    out.append("|---|---|---:|---:|")
-    for row, what in ALGORITHM_ROWS:
-        v = one.get(row)
-        out.append(f"| `{row}` | {what} | {ns(v)} | {fmt_ratio(ratio(v, tb))} |")
-    out.append("")
+    median_table(
+        out, "#### One thread (criterion group `direct`), token-bucket contenders", "what", ANCHOR_ROWS, one, GOVERNOR
+    )
+    median_table(
+        out,
+        "#### One thread, every sluicegate algorithm (same quota, time passed in)",
+        "algorithm",
+        ALGORITHM_ROWS,
+        one,
+        TOKEN_BUCKET,
+    )
     out.append("#### Two threads on one limiter (group `contended_2t`), wall time per call")
     out.append("")
     out.append("| benchmark | 1 thread (ns) | 2 threads (ns/call) | 2 threads / 1 thread |")

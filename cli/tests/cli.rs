@@ -226,51 +226,23 @@ fn exit_statuses() {
     );
     assert_eq!(code(&["frobnicate"]), Some(2));
     // Errors: 1, with the reason.
-    let out = run(
-        &[
-            "replay",
-            "--policy",
-            &fx.path("rules.toml"),
-            &fx.path("missing.log"),
-        ],
-        None,
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("missing.log"),
-        "{}",
-        text(&out.stderr)
-    );
-    std::fs::write(
-        fx.path("bad.toml"),
-        "[[rule]]\nname = \"a\"\nlimit = \"5/fortnight\"\n",
-    )
-    .unwrap();
-    let out = run(
-        &[
-            "replay",
-            "--policy",
-            &fx.path("bad.toml"),
-            &fx.path("access.log"),
-        ],
-        None,
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("bad.toml:3:12: error: rule `a`"),
-        "{}",
-        text(&out.stderr)
+    let fails_saying = |args: &[&str], reason: &str| {
+        let out = run(args, None);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(reason), "{stderr}");
+    };
+    let (rules, log) = (fx.path("rules.toml"), fx.path("access.log"));
+    let missing = fx.path("missing.log");
+    fails_saying(&["replay", "--policy", &rules, &missing], "missing.log");
+    let bad = fx.path("bad.toml");
+    std::fs::write(&bad, "[[rule]]\nname = \"a\"\nlimit = \"5/fortnight\"\n").unwrap();
+    fails_saying(
+        &["replay", "--policy", &bad, &log],
+        "bad.toml:3:12: error: rule `a`",
     );
     // Success: 0.
-    assert_eq!(
-        code(&[
-            "replay",
-            "--policy",
-            &fx.path("rules.toml"),
-            &fx.path("access.log")
-        ]),
-        Some(0)
-    );
+    assert_eq!(code(&["replay", "--policy", &rules, &log]), Some(0));
     assert_eq!(code(&["--version"]), Some(0));
 }
 
@@ -365,30 +337,16 @@ fn explain_shows_matching_rules_keys_limits_backends() {
 
 #[test]
 fn generate_log_is_seeded() {
-    let a = run(
-        &[
-            "generate-log",
-            "--lines",
-            "500",
-            "--seed",
-            "5",
-            "--format",
-            "json",
-        ],
-        None,
-    );
-    let b = run(
-        &[
-            "generate-log",
-            "--lines",
-            "500",
-            "--seed",
-            "5",
-            "--format",
-            "json",
-        ],
-        None,
-    );
+    let args = [
+        "generate-log",
+        "--lines",
+        "500",
+        "--seed",
+        "5",
+        "--format",
+        "json",
+    ];
+    let (a, b) = (run(&args, None), run(&args, None));
     assert!(a.status.success());
     assert_eq!(a.stdout, b.stdout);
     assert_eq!(a.stdout.iter().filter(|c| **c == b'\n').count(), 500);

@@ -115,27 +115,14 @@ impl SpecCell {
         next: impl FnOnce(Spec) -> Result<Spec, SpecError>,
         apply: impl FnOnce(&Spec, &Spec) -> Result<(), SpecError>,
     ) -> Result<(), SpecError> {
-        let s = loop {
-            let s = self.seq.load(Ordering::Relaxed);
-            if s & 1 == 0
-                && self
-                    .seq
-                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                break s;
-            }
-            spin_loop();
-        };
-        crate::sync::fence(Ordering::Release);
-        let current = self.read();
-        let result = next(current).and_then(|new| {
-            apply(&current, &new)?;
-            self.store(&new);
-            Ok(())
-        });
-        self.seq.store(s + 2, Ordering::Release);
-        result
+        crate::limiter::seq_write(&self.seq, || {
+            let current = self.read();
+            next(current).and_then(|new| {
+                apply(&current, &new)?;
+                self.store(&new);
+                Ok(())
+            })
+        })
     }
 }
 
@@ -200,18 +187,11 @@ impl<C> AnyLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn striped(spec: &Spec, stripes: usize, clock: C) -> Result<Self, SpecError> {
-        let kind = spec.kind();
-        if !kind.caps().striped {
-            return Err(SpecError::Unsupported {
-                kind,
-                what: "stripes",
-            });
+        if !spec.kind().caps().striped {
+            return Err(spec.unsupported("stripes"));
         }
         let [quota] = spec.quotas() else {
-            return Err(SpecError::Unsupported {
-                kind,
-                what: "stripes over several limits",
-            });
+            return Err(spec.unsupported("stripes over several limits"));
         };
         if stripes == 0 || stripes > Spec::MAX_STRIPES {
             return Err(SpecError::Stripes {
@@ -377,17 +357,7 @@ impl<C> AnyLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_spec(&self, spec: &Spec) -> Result<(), SpecError> {
-        let base = &self.spec.base;
-        let immutable = |field| Err(SpecError::Immutable { field });
-        if spec.kind() != base.kind() {
-            return immutable("kind");
-        }
-        if spec.quotas().len() != base.quotas().len() {
-            return immutable("number of limits");
-        }
-        if spec.max_delay_ns() != base.max_delay_ns() {
-            return immutable("max delay");
-        }
+        self.spec.base.check_live_change(spec)?;
         self.spec
             .update(|_| Ok(*spec), |old, new| self.engine.set_spec(old, new))
     }

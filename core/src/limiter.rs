@@ -160,34 +160,43 @@ impl ConfigCell {
         &self,
         f: impl FnOnce([u64; PARAM_WORDS]) -> Result<[u64; PARAM_WORDS], E>,
     ) -> Result<(), E> {
-        let s = loop {
-            let s = self.seq.load(Ordering::Relaxed);
-            if s & 1 == 0
-                && self
-                    .seq
-                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                break s;
+        seq_write(&self.seq, || {
+            let cur = [
+                self.words[0].load(Ordering::Relaxed),
+                self.words[1].load(Ordering::Relaxed),
+                self.words[2].load(Ordering::Relaxed),
+                self.words[3].load(Ordering::Relaxed),
+            ];
+            let result = f(cur);
+            if let Ok(new) = &result {
+                for (slot, v) in self.words.iter().zip(new) {
+                    slot.store(*v, Ordering::Relaxed);
+                }
             }
-            spin_loop();
-        };
-        fence(Ordering::Release);
-        let cur = [
-            self.words[0].load(Ordering::Relaxed),
-            self.words[1].load(Ordering::Relaxed),
-            self.words[2].load(Ordering::Relaxed),
-            self.words[3].load(Ordering::Relaxed),
-        ];
-        let result = f(cur);
-        if let Ok(new) = &result {
-            for (slot, v) in self.words.iter().zip(new) {
-                slot.store(*v, Ordering::Relaxed);
-            }
-        }
-        self.seq.store(s + 2, Ordering::Release);
-        result.map(|_| ())
+            result.map(|_| ())
+        })
     }
+}
+
+/// Runs `write` as the one writer of the seqlock `seq`: an odd sequence number
+/// excludes other writers and sends overlapping readers round again; the next
+/// even number, stored with `Release`, publishes what `write` stored.
+pub(crate) fn seq_write<R>(seq: &AtomicU64, write: impl FnOnce() -> R) -> R {
+    let s = loop {
+        let s = seq.load(Ordering::Relaxed);
+        if s & 1 == 0
+            && seq
+                .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            break s;
+        }
+        spin_loop();
+    };
+    fence(Ordering::Release);
+    let result = write();
+    seq.store(s + 2, Ordering::Release);
+    result
 }
 
 /// A place that holds one state word: a limiter's own `AtomicU64`, or a keyed

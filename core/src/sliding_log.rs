@@ -91,27 +91,13 @@ impl<C> SlidingLog<C> {
 
     /// Allocates the ring for a validated quota and capacity.
     fn build(quota: Quota, capacity: u64, clock: C) -> Result<Self, ConfigError> {
-        // `capacity ≤ MAX_CAPACITY` (validated) fits any `usize` of 32 bits or more.
-        let capacity = capacity as usize;
-        let mut ring = Vec::new();
-        ring.try_reserve_exact(capacity)
-            .map_err(|_| ConfigError::Alloc {
-                bytes: capacity.saturating_mul(core::mem::size_of::<AtomicU64>()),
-            })?;
-        ring.extend((0..capacity).map(|_| AtomicU64::new(0)));
+        let ring = alloc_ring(capacity).map_err(|bytes| ConfigError::Alloc { bytes })?;
         Ok(Self::from_ring(quota, ring, clock))
     }
 
     /// The log of a validated sliding-log spec; the ring is allocated fallibly.
     pub(crate) fn from_spec(spec: &Spec, clock: C) -> Result<Self, SpecError> {
-        // `capacity ≤ MAX_CAPACITY` (validated) fits any `usize` of 32 bits or more.
-        let capacity = spec.log_capacity() as usize;
-        let mut ring = Vec::new();
-        ring.try_reserve_exact(capacity)
-            .map_err(|_| SpecError::Alloc {
-                bytes: capacity.saturating_mul(core::mem::size_of::<AtomicU64>()),
-            })?;
-        ring.extend((0..capacity).map(|_| AtomicU64::new(0)));
+        let ring = alloc_ring(spec.log_capacity()).map_err(|bytes| SpecError::Alloc { bytes })?;
         Ok(Self::from_ring(spec.quotas()[0], ring, clock))
     }
 
@@ -347,6 +333,18 @@ impl<C> SlidingLog<C> {
             }
         }
     }
+}
+
+/// A zeroed ring of `capacity` slots, allocated fallibly (`Err`: the bytes it
+/// would have taken).
+fn alloc_ring(capacity: u64) -> Result<Vec<AtomicU64>, usize> {
+    // `capacity ≤ MAX_CAPACITY` (validated) fits any `usize` of 32 bits or more.
+    let capacity = capacity as usize;
+    let mut ring = Vec::new();
+    ring.try_reserve_exact(capacity)
+        .map_err(|_| capacity.saturating_mul(core::mem::size_of::<AtomicU64>()))?;
+    ring.extend((0..capacity).map(|_| AtomicU64::new(0)));
+    Ok(ring)
 }
 
 impl<C: Clock> SlidingLog<C> {

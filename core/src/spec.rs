@@ -125,14 +125,8 @@ impl Spec {
     /// # Ok::<(), SpecError>(())
     /// ```
     pub fn with_max_delay_ns(self, ns: u64) -> Result<Spec, SpecError> {
-        if !self.kind.caps().max_delay && ns != 0 {
-            return Err(self.unsupported("a max delay"));
-        }
-        Spec {
-            max_delay_ns: ns,
-            ..self
-        }
-        .validated()
+        let supported = self.kind.caps().max_delay;
+        self.with_option(supported, ns, "a max delay", |s| s.max_delay_ns = ns)
     }
 
     /// Sets the sliding log's number of slots, so its limit can later be raised up
@@ -150,14 +144,8 @@ impl Spec {
     /// # Ok::<(), SpecError>(())
     /// ```
     pub fn with_log_capacity(self, cap: u64) -> Result<Spec, SpecError> {
-        if !self.kind.caps().log_capacity && cap != 0 {
-            return Err(self.unsupported("a log capacity"));
-        }
-        Spec {
-            log_capacity: cap,
-            ..self
-        }
-        .validated()
+        let supported = self.kind.caps().log_capacity;
+        self.with_option(supported, cap, "a log capacity", |s| s.log_capacity = cap)
     }
 
     /// The algorithm.
@@ -240,7 +228,41 @@ impl Spec {
         }
     }
 
-    fn unsupported(&self, what: &'static str) -> SpecError {
+    /// `self` with an option set by `set`: refused when the kind does not
+    /// `support` it, unless `value` is 0 (the option's absence).
+    fn with_option(
+        mut self,
+        supported: bool,
+        value: u64,
+        what: &'static str,
+        set: impl FnOnce(&mut Spec),
+    ) -> Result<Spec, SpecError> {
+        if !supported && value != 0 {
+            return Err(self.unsupported(what));
+        }
+        set(&mut self);
+        self.validated()
+    }
+
+    /// Refuses a change from `self` to `new` on a live limiter when it changes
+    /// what cannot change there: the kind, the number of limits, the max delay.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn check_live_change(&self, new: &Spec) -> Result<(), SpecError> {
+        let immutable = |field| Err(SpecError::Immutable { field });
+        if new.kind() != self.kind() {
+            return immutable("kind");
+        }
+        if new.quotas().len() != self.quotas().len() {
+            return immutable("number of limits");
+        }
+        if new.max_delay_ns() != self.max_delay_ns() {
+            return immutable("max delay");
+        }
+        Ok(())
+    }
+
+    /// The error refusing `what`, which this spec's kind does not support.
+    pub(crate) fn unsupported(&self, what: &'static str) -> SpecError {
         SpecError::Unsupported {
             kind: self.kind,
             what,

@@ -292,36 +292,6 @@ fn room(size: u128, debt: u128, end: u128, t: u128) -> u64 {
 #[derive(Clone, Copy, Debug)]
 pub struct Gcra;
 
-impl Algorithm for Gcra {
-    type Params = GcraParams;
-    fn params(quota: &Quota) -> Result<GcraParams, ConfigError> {
-        GcraParams::new(quota)
-    }
-    fn to_words(p: &GcraParams) -> [u64; PARAM_WORDS] {
-        p.words()
-    }
-    fn from_words(w: [u64; PARAM_WORDS]) -> GcraParams {
-        GcraParams::from_words(w)
-    }
-    fn capacity(p: &GcraParams) -> u64 {
-        p.burst
-    }
-    #[inline]
-    fn decide(p: &GcraParams, word: u64, now: u64, n: u64) -> Step {
-        p.decide(word, now, n, 0)
-    }
-    fn is_fresh(p: &GcraParams, word: u64, now: u64) -> bool {
-        p.is_full(word, now, 0)
-    }
-    /// The later of two instants at which the bucket is full again.
-    fn join(_: &GcraParams, a: u64, b: u64, _now: u64) -> Option<u64> {
-        Some(a.max(b))
-    }
-    fn give_back(p: &GcraParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
-        p.give_back(word, n, next, now, 0)
-    }
-}
-
 /// The leaky bucket as a meter: a bucket of `capacity = quota.burst` units that
 /// leaks `quota.amount` per `quota.period`; a request of `n` is admitted iff the
 /// level plus `n` fits. It is exactly the token bucket seen from the other side
@@ -339,35 +309,51 @@ impl Algorithm for Gcra {
 #[derive(Clone, Copy, Debug)]
 pub struct Leaky;
 
-impl Algorithm for Leaky {
-    type Params = GcraParams;
-    fn params(quota: &Quota) -> Result<GcraParams, ConfigError> {
-        GcraParams::new(quota)
-    }
-    fn to_words(p: &GcraParams) -> [u64; PARAM_WORDS] {
-        p.words()
-    }
-    fn from_words(w: [u64; PARAM_WORDS]) -> GcraParams {
-        GcraParams::from_words(w)
-    }
-    fn capacity(p: &GcraParams) -> u64 {
-        p.burst
-    }
-    #[inline]
-    fn decide(p: &GcraParams, word: u64, now: u64, n: u64) -> Step {
-        p.decide(word, now, n, 0)
-    }
-    fn is_fresh(p: &GcraParams, word: u64, now: u64) -> bool {
-        p.is_full(word, now, 0)
-    }
-    /// The later of two instants at which the bucket is full again.
-    fn join(_: &GcraParams, a: u64, b: u64, _now: u64) -> Option<u64> {
-        Some(a.max(b))
-    }
-    fn give_back(p: &GcraParams, word: u64, n: u64, _prev: u64, next: u64, now: u64) -> u64 {
-        p.give_back(word, n, next, now, 0)
-    }
+/// The one `Algorithm` impl of [`Gcra`] and [`Leaky`]: the leaky bucket is the
+/// token bucket seen from the other side, so both decide with [`GcraParams`].
+macro_rules! gcra_algorithm {
+    ($alg:ty) => {
+        impl Algorithm for $alg {
+            type Params = GcraParams;
+            fn params(quota: &Quota) -> Result<GcraParams, ConfigError> {
+                GcraParams::new(quota)
+            }
+            fn to_words(p: &GcraParams) -> [u64; PARAM_WORDS] {
+                p.words()
+            }
+            fn from_words(w: [u64; PARAM_WORDS]) -> GcraParams {
+                GcraParams::from_words(w)
+            }
+            fn capacity(p: &GcraParams) -> u64 {
+                p.burst
+            }
+            #[inline]
+            fn decide(p: &GcraParams, word: u64, now: u64, n: u64) -> Step {
+                p.decide(word, now, n, 0)
+            }
+            fn is_fresh(p: &GcraParams, word: u64, now: u64) -> bool {
+                p.is_full(word, now, 0)
+            }
+            /// The later of two instants at which the bucket is full again.
+            fn join(_: &GcraParams, a: u64, b: u64, _now: u64) -> Option<u64> {
+                Some(a.max(b))
+            }
+            fn give_back(
+                p: &GcraParams,
+                word: u64,
+                n: u64,
+                _prev: u64,
+                next: u64,
+                now: u64,
+            ) -> u64 {
+                p.give_back(word, n, next, now, 0)
+            }
+        }
+    };
 }
+
+gcra_algorithm!(Gcra);
+gcra_algorithm!(Leaky);
 
 constructors!(Gcra, GcraParams::new, "TokenBucket");
 constructors!(Leaky, GcraParams::new, "LeakyBucket");

@@ -11,6 +11,7 @@
 
 use core::fmt;
 use core::future::Future;
+use core::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
@@ -76,12 +77,10 @@ pub trait Wait {
     fn wait_n(&self, n: u64, timeout: Duration) -> Result<Decision, WaitError> {
         let deadline = Instant::now().checked_add(timeout);
         loop {
-            let d = self.try_n(n)?;
-            if d.allowed {
-                return Ok(d);
+            match attempt(self, n, deadline)? {
+                ControlFlow::Break(d) => return Ok(d),
+                ControlFlow::Continue(pause) => std::thread::sleep(pause),
             }
-            let pause = next_pause(&d, deadline)?;
-            std::thread::sleep(pause);
         }
     }
 
@@ -116,19 +115,27 @@ pub trait Wait {
         async move {
             let deadline = Instant::now().checked_add(timeout);
             loop {
-                let d = self.try_n(n)?;
-                if d.allowed {
-                    return Ok(d);
+                match attempt(self, n, deadline)? {
+                    ControlFlow::Break(d) => return Ok(d),
+                    ControlFlow::Continue(pause) => sleep(pause).await,
                 }
-                let pause = next_pause(&d, deadline)?;
-                sleep(pause).await;
             }
         }
     }
 }
 
-/// How long to sleep after a denial, or the timeout if that passes the deadline.
-fn next_pause(d: &Decision, deadline: Option<Instant>) -> Result<Duration, WaitError> {
+/// One try of a wait: `Break` with the decision that admitted `n` units, or
+/// `Continue` with how long to sleep after a denial; the timeout if that sleep
+/// would pass the deadline.
+fn attempt<W: Wait + ?Sized>(
+    w: &W,
+    n: u64,
+    deadline: Option<Instant>,
+) -> Result<ControlFlow<Decision, Duration>, WaitError> {
+    let d = w.try_n(n)?;
+    if d.allowed {
+        return Ok(ControlFlow::Break(d));
+    }
     // Never spin: even a 0 ns retry (a lost race) waits a microsecond.
     let pause = d.retry_after().max(Duration::from_micros(1));
     match deadline {
@@ -137,9 +144,9 @@ fn next_pause(d: &Decision, deadline: Option<Instant>) -> Result<Duration, WaitE
                 .checked_add(pause)
                 .is_none_or(|t| t > deadline) =>
         {
-            Err(WaitError::Timeout(*d))
+            Err(WaitError::Timeout(d))
         }
-        _ => Ok(pause),
+        _ => Ok(ControlFlow::Continue(pause)),
     }
 }
 

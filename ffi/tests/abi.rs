@@ -2,7 +2,6 @@
 //! (never a panic), and good input gives exact decisions. The C and C++
 //! programs in tests/c and tests/cpp repeat this from C under sanitizers.
 
-use std::mem::size_of;
 use std::ptr;
 
 use sluicegate_ffi::config::*;
@@ -11,18 +10,8 @@ use sluicegate_ffi::limiter::*;
 use sluicegate_ffi::status::sluicegate_status::{self, *};
 use sluicegate_ffi::striped::*;
 
-const SEC: u64 = 1_000_000_000;
-
-fn cfg(alg: sluicegate_algorithm, amount: u64, period_ns: u64, burst: u64) -> sluicegate_config {
-    sluicegate_config {
-        struct_size: size_of::<sluicegate_config>() as u32,
-        algorithm: alg as u32,
-        amount,
-        period_ns,
-        burst,
-        ..Default::default()
-    }
-}
+mod common;
+use common::{cfg, ALGORITHMS, SEC};
 
 fn new(c: &[sluicegate_config]) -> Result<*mut sluicegate_limiter, sluicegate_status> {
     let mut out = ptr::null_mut();
@@ -38,15 +27,7 @@ fn new(c: &[sluicegate_config]) -> Result<*mut sluicegate_limiter, sluicegate_st
 
 #[test]
 fn every_algorithm_admits_exactly_its_quota() {
-    use sluicegate_algorithm::*;
-    for alg in [
-        SLUICEGATE_TOKEN_BUCKET,
-        SLUICEGATE_LEAKY_BUCKET,
-        SLUICEGATE_SHAPER,
-        SLUICEGATE_FIXED_WINDOW,
-        SLUICEGATE_SLIDING_WINDOW,
-        SLUICEGATE_SLIDING_LOG,
-    ] {
+    for alg in ALGORITHMS {
         let l = new(&[cfg(alg, 7, SEC, 0)]).unwrap();
         let mut d = sluicegate_decision::default();
         let mut admitted = 0;

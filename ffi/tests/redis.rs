@@ -15,18 +15,8 @@ use sluicegate_ffi::limiter::*;
 use sluicegate_ffi::redis::*;
 use sluicegate_ffi::status::sluicegate_status::{self, *};
 
-const SEC: u64 = 1_000_000_000;
-
-fn cfg(alg: sluicegate_algorithm, amount: u64, period_ns: u64, burst: u64) -> sluicegate_config {
-    sluicegate_config {
-        struct_size: size_of::<sluicegate_config>() as u32,
-        algorithm: alg as u32,
-        amount,
-        period_ns,
-        burst,
-        ..Default::default()
-    }
-}
+mod common;
+use common::{cfg, ALGORITHMS, SEC};
 
 fn bucket() -> sluicegate_config {
     // 1 per minute, burst 5: nothing refills during a test.
@@ -212,49 +202,49 @@ fn new_rejects_bad_input() {
         Some(SLUICEGATE_ERR_STRUCT_SIZE)
     );
     // Enums and fields.
-    let with = |f: fn(&mut sluicegate_redis_config)| {
+    type Edit = fn(&mut sluicegate_redis_config);
+    let with = |f: Edit| {
         let mut rc = sluicegate_redis_config::default();
         f(&mut rc);
         ok(Some(&rc)).err()
     };
-    assert_eq!(
-        with(|c| c.failure_policy = 3),
-        Some(SLUICEGATE_ERR_BAD_FAILURE_POLICY)
-    );
-    assert_eq!(
-        with(|c| c.failure_policy = u32::MAX),
-        Some(SLUICEGATE_ERR_BAD_FAILURE_POLICY)
-    );
-    assert_eq!(
-        with(|c| c.local_share_percent = 101),
-        Some(SLUICEGATE_ERR_CONFIG_TOO_LARGE)
-    );
-    assert_eq!(
-        with(|c| c.fallback_keys = u64::MAX),
-        Some(SLUICEGATE_ERR_CONFIG_TOO_LARGE)
-    );
-    assert_eq!(
-        with(|c| {
-            c.failure_policy = sluicegate_failure_policy::SLUICEGATE_FAIL_OPEN as u32;
-            c.local_share_percent = 50;
-        }),
-        Some(SLUICEGATE_ERR_CONFIG_INVALID)
-    );
-    assert_eq!(
-        with(|c| {
-            c.failure_policy = sluicegate_failure_policy::SLUICEGATE_FAIL_CLOSED as u32;
-            c.fallback_keys = 100;
-        }),
-        Some(SLUICEGATE_ERR_CONFIG_INVALID)
-    );
-    assert_eq!(
-        with(|c| c.prefix = c"a{b".as_ptr()),
-        Some(SLUICEGATE_ERR_CONFIG_INVALID)
-    );
-    assert_eq!(
-        with(|c| c.prefix = c"\xff\xfe".as_ptr()),
-        Some(SLUICEGATE_ERR_NOT_UTF8)
-    );
+    let refused: [(Edit, sluicegate_status); 8] = [
+        (|c| c.failure_policy = 3, SLUICEGATE_ERR_BAD_FAILURE_POLICY),
+        (
+            |c| c.failure_policy = u32::MAX,
+            SLUICEGATE_ERR_BAD_FAILURE_POLICY,
+        ),
+        (
+            |c| c.local_share_percent = 101,
+            SLUICEGATE_ERR_CONFIG_TOO_LARGE,
+        ),
+        (
+            |c| c.fallback_keys = u64::MAX,
+            SLUICEGATE_ERR_CONFIG_TOO_LARGE,
+        ),
+        (
+            |c| {
+                c.failure_policy = sluicegate_failure_policy::SLUICEGATE_FAIL_OPEN as u32;
+                c.local_share_percent = 50;
+            },
+            SLUICEGATE_ERR_CONFIG_INVALID,
+        ),
+        (
+            |c| {
+                c.failure_policy = sluicegate_failure_policy::SLUICEGATE_FAIL_CLOSED as u32;
+                c.fallback_keys = 100;
+            },
+            SLUICEGATE_ERR_CONFIG_INVALID,
+        ),
+        (
+            |c| c.prefix = c"a{b".as_ptr(),
+            SLUICEGATE_ERR_CONFIG_INVALID,
+        ),
+        (|c| c.prefix = c"\xff\xfe".as_ptr(), SLUICEGATE_ERR_NOT_UTF8),
+    ];
+    for (i, (f, want)) in refused.into_iter().enumerate() {
+        assert_eq!(with(f), Some(want), "case {i}");
+    }
     assert_eq!(
         with(|c| c.prefix = c"".as_ptr()),
         None,
@@ -319,23 +309,21 @@ fn new_rejects_bad_input() {
         Some(SLUICEGATE_ERR_CONFIG_INVALID)
     );
     // The limit: every local check, then Redis' own.
-    let bad_alg = sluicegate_config {
-        algorithm: 6,
-        ..good
-    };
-    assert_eq!(
-        new("redis://127.0.0.1", "n", &bad_alg, None).err(),
-        Some(SLUICEGATE_ERR_BAD_ALGORITHM)
-    );
-    let small = sluicegate_config {
-        struct_size: 8,
-        ..good
-    };
-    assert_eq!(
-        new("redis://127.0.0.1", "n", &small, None).err(),
-        Some(SLUICEGATE_ERR_STRUCT_SIZE)
-    );
     for (limit, want) in [
+        (
+            sluicegate_config {
+                algorithm: 6,
+                ..good
+            },
+            SLUICEGATE_ERR_BAD_ALGORITHM,
+        ),
+        (
+            sluicegate_config {
+                struct_size: 8,
+                ..good
+            },
+            SLUICEGATE_ERR_STRUCT_SIZE,
+        ),
         (
             cfg(SLUICEGATE_TOKEN_BUCKET, 0, SEC, 0),
             SLUICEGATE_ERR_CONFIG_ZERO,
@@ -376,14 +364,11 @@ fn new_rejects_bad_input() {
     // limit (issue 11): a day's window of 500,000 is a valid Redis limit.
     let day = cfg(SLUICEGATE_SLIDING_WINDOW, 500_000, 86_400 * SEC, 0);
     assert!(new("redis://127.0.0.1", "n", &day, None).is_ok());
-    // Every algorithm Redis has.
-    for alg in [
-        SLUICEGATE_TOKEN_BUCKET,
-        SLUICEGATE_LEAKY_BUCKET,
-        SLUICEGATE_SHAPER,
-        SLUICEGATE_FIXED_WINDOW,
-        SLUICEGATE_SLIDING_WINDOW,
-    ] {
+    // Every algorithm Redis has: all but the sliding log.
+    for alg in ALGORITHMS
+        .into_iter()
+        .filter(|&a| a != SLUICEGATE_SLIDING_LOG)
+    {
         assert!(new("redis://127.0.0.1", "n", &cfg(alg, 5, SEC, 0), None).is_ok());
     }
 }

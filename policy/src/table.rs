@@ -87,32 +87,16 @@ mod tests {
         // A peek charges nothing.
         let fresh = 10_000;
         let later = 200_000_000_000;
-        assert!(
-            t.run(&fresh, 1, later, false, &mut r)
-                .unwrap()
-                .decision
-                .allowed
-        );
-        assert!(
-            t.run(&fresh, 1, later, true, &mut r)
-                .unwrap()
-                .decision
-                .allowed
-        );
+        let allowed = |consume: bool, r: &mut Receipt| {
+            let outcome = t.run(&fresh, 1, later, consume, r).unwrap();
+            outcome.decision.allowed
+        };
+        assert!(allowed(false, &mut r));
+        assert!(allowed(true, &mut r));
         assert_eq!(r.units(), 1);
         // A refund gives it back.
         t.refund(&mut r, later);
-        assert!(
-            t.run(&fresh, 1, later, true, &mut r)
-                .unwrap()
-                .decision
-                .allowed
-        );
-        assert!(
-            !t.run(&fresh, 1, later, true, &mut r)
-                .unwrap()
-                .decision
-                .allowed
-        );
+        assert!(allowed(true, &mut r));
+        assert!(!allowed(true, &mut r));
     }
 }

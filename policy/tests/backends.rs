@@ -9,6 +9,9 @@ use sluicegate_policy::{
     BackendError, Code, Policy, RedisSettings, RemoteFactory, RemoteLimiter, RuleDef,
 };
 
+mod common;
+use common::valid_policy;
+
 /// A "remote" limiter in this process that fails while `down` is set.
 struct Flaky {
     inner: AnyLimiter<()>,
@@ -103,10 +106,9 @@ fn redis_rules_need_a_factory() {
 
 #[test]
 fn shadow_never_denies_nor_blocks() {
-    let p = Policy::from_toml(
+    let p = valid_policy(
         "[[rule]]\nname = \"tight\"\nlimit = \"1/hour\"\nmode = \"shadow\"\n[[rule]]\nname = \"loose\"\nlimit = \"5/hour\"\n",
-    )
-    .unwrap();
+    );
     let req = [("ip", "192.0.2.1")];
     for i in 0..5 {
         let d = p.check_n_at(&req, 1, i);
@@ -124,10 +126,9 @@ fn shadow_never_denies_nor_blocks() {
 #[test]
 fn denial_consumes_nothing_elsewhere() {
     // "outer" has room; "inner" (keyed) denies: outer must not be charged.
-    let p = Policy::from_toml(
+    let p = valid_policy(
         "[[rule]]\nname = \"outer\"\nlimit = \"3/hour\"\n[[rule]]\nname = \"inner\"\nkey = [\"ip\"]\nlimit = \"1/hour\"\n",
-    )
-    .unwrap();
+    );
     assert!(p.check_n_at(&[("ip", "192.0.2.1")], 1, 0).allowed());
     for _ in 0..10 {
         assert!(!p.check_n_at(&[("ip", "192.0.2.1")], 1, 0).allowed());
@@ -139,10 +140,9 @@ fn denial_consumes_nothing_elsewhere() {
 
 #[test]
 fn striped_hot_rule_and_ipv6_grouping() {
-    let p = Policy::from_toml(
+    let p = valid_policy(
         "[[rule]]\nname = \"global\"\nlimit = \"8/hour\"\nstripes = 4\n[[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\nlimit = \"2/hour\"\n",
-    )
-    .unwrap();
+    );
     // Two addresses of one /64 share a limiter; another /64 does not.
     assert!(p.check_n_at(&[("ip", "2001:db8::1")], 1, 0).allowed());
     assert!(p.check_n_at(&[("ip", "2001:db8::2")], 1, 0).allowed());

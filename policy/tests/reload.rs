@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use sluicegate_policy::{Policy, Watcher};
 
+mod common;
+use common::valid_policy;
+
 const V1: &str = r#"
 [[rule]]
 name = "keep"
@@ -151,10 +154,9 @@ fn reload_under_load() {
 
 #[test]
 fn changed_limit_carries_state_and_unknown_change_rebuilds() {
-    let p = Policy::from_toml(
+    let p = valid_policy(
         "[[rule]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = \"2/minute\"\nalgorithm = \"fixed_window\"\n",
-    )
-    .unwrap();
+    );
     let ip = [("ip", "192.0.2.1")];
     assert!(p.check_n_at(&ip, 2, 0).allowed());
     // Raise the limit: the two units spent this window still count.

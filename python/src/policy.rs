@@ -400,25 +400,13 @@ impl PyPolicyDecision {
     /// Each matching rule's answer, in file order.
     #[getter]
     fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(
-            py,
-            self.inner
-                .rules()
-                .map(PyRuleDecision::from)
-                .collect::<Vec<_>>(),
-        )
+        rule_tuple(py, self.inner.rules())
     }
 
     /// The enforcing rules that denied.
     #[getter]
     fn denying<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(
-            py,
-            self.inner
-                .denying()
-                .map(PyRuleDecision::from)
-                .collect::<Vec<_>>(),
-        )
+        rule_tuple(py, self.inner.denying())
     }
 
     /// Seconds until the request could pass (0.0 when admitted).
@@ -468,4 +456,12 @@ impl PyPolicyDecision {
             names.join(", ")
         )
     }
+}
+
+/// Rule answers as a tuple of `RuleDecision`s.
+fn rule_tuple<'py, 'd>(
+    py: Python<'py>,
+    rules: impl Iterator<Item = RuleDecision<'d>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, rules.map(PyRuleDecision::from).collect::<Vec<_>>())
 }

@@ -190,20 +190,8 @@ impl RuleSet {
     /// Decides every descriptor of one request at `now_ns` (Unix nanoseconds), with
     /// `hits[i]` units for descriptor `i`; `headers` also formats the `RateLimit`
     /// items. `None` when the domain is unknown (every descriptor OK, as upstream).
-    #[cfg(test)]
-    pub(crate) fn decide<'a>(
-        &'a self,
-        domain: &str,
-        descriptors: &[&[Entry]],
-        hits: &[u64],
-        now_ns: u64,
-        headers: bool,
-    ) -> Option<Vec<Outcome<'a>>> {
-        self.decide_except(domain, descriptors, hits, now_ns, headers, &[])
-    }
-
-    /// [`Self::decide`], leaving the descriptors whose `skip` is true to the caller
-    /// (`NoLimit` here; a request's own limit override decides them).
+    /// The descriptors whose `skip` is true are left to the caller (`NoLimit` here;
+    /// a request's own limit override decides them).
     pub(crate) fn decide_except<'a>(
         &'a self,
         domain: &str,

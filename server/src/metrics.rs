@@ -143,22 +143,12 @@ impl ServerMetrics {
 
     /// Counts a config reload attempt.
     pub fn reload(&self, ok: bool) {
-        let c = if ok {
-            &self.reloads_ok
-        } else {
-            &self.reloads_failed
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+        count_either(ok, &self.reloads_ok, &self.reloads_failed);
     }
 
     /// Counts a descriptor no limit applied to (`unknown`: its domain is not configured).
     pub fn no_limit(&self, unknown_domain: bool) {
-        let c = if unknown_domain {
-            &self.unknown_domain
-        } else {
-            &self.no_limit
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+        count_either(unknown_domain, &self.unknown_domain, &self.no_limit);
     }
 
     /// Server-wide series in Prometheus text format.
@@ -227,6 +217,12 @@ impl ServerMetrics {
             );
         }
     }
+}
+
+/// Counts one event in `yes` when `flag` holds, else in `no`.
+fn count_either(flag: bool, yes: &AtomicU64, no: &AtomicU64) {
+    let c = if flag { yes } else { no };
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Escapes a label value (backslash, quote, newline) for the text format.

@@ -15,6 +15,7 @@ use sluicegate_policy::Policy;
 use crate::engine::{Limited, Outcome};
 use crate::metrics::{HitResult, RuleMetrics};
 use crate::yaml::unit_seconds;
+use crate::yaml_rule::descriptor_key;
 
 /// Distinct (requests, unit) overrides the server keeps a table for: each is a
 /// table of its own, so a client cannot make the server allocate without bound.
@@ -87,13 +88,7 @@ impl Overrides {
             (false, 0, window_ns - now_ns % window_ns)
         } else {
             // The counter is the descriptor's, as upstream keys it: domain, keys, values.
-            let mut key = String::from(domain);
-            for e in entries {
-                key.push('\u{1f}');
-                key.push_str(&e.key);
-                key.push('\u{1e}');
-                key.push_str(&e.value);
-            }
+            let key = descriptor_key(domain, entries, '\u{1f}', '\u{1e}');
             let d = self.table(requests_per_unit, unit)?.check_n_at(
                 &[("d", key.as_str())],
                 hits,

@@ -271,12 +271,7 @@ impl Bound {
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
         let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_service_status("", tonic_health::ServingStatus::Serving)
-            .await;
-        health
-            .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
-            .await;
+        report_health(&health, tonic_health::ServingStatus::Serving).await;
 
         let reload = tokio::spawn(reload_loop(
             config.clone(),
@@ -324,12 +319,7 @@ impl Bound {
 
         shutdown.await;
         tracing::info!("shutting down: NOT_SERVING, draining requests in flight");
-        health
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
-        health
-            .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::NotServing)
-            .await;
+        report_health(&health, tonic_health::ServingStatus::NotServing).await;
         let _ = stop_tx.send(true);
         let grpc_result = grpc_task.await.map_err(std::io::Error::other)?;
         let http_result = http_task.await.map_err(std::io::Error::other)?;
@@ -459,5 +449,15 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+/// Reports `status` for the whole server (`""`) and for the rate limit service.
+async fn report_health(
+    health: &tonic_health::server::HealthReporter,
+    status: tonic_health::ServingStatus,
+) {
+    for service in ["", SERVICE_NAME] {
+        health.set_service_status(service, status).await;
     }
 }

@@ -131,14 +131,11 @@ impl RateLimiter {
                     self.invalid("empty_descriptor", format!("descriptor {i} has no entries"))
                 );
             }
-            if d.entries.len() > MAX_ENTRIES {
-                return Err(self.invalid(
-                    "too_many_entries",
-                    format!(
-                        "descriptor {i} has {} entries; at most {MAX_ENTRIES}",
-                        d.entries.len()
-                    ),
-                ));
+            let entries = d.entries.len();
+            if entries > MAX_ENTRIES {
+                let message =
+                    format!("descriptor {i} has {entries} entries; at most {MAX_ENTRIES}");
+                return Err(self.invalid("too_many_entries", message));
             }
             if let Some(e) = d.entries.iter().find(|e| e.key.is_empty()) {
                 return Err(self.invalid(
@@ -177,14 +174,10 @@ impl RateLimiter {
                 "rate limit descriptor list must not be empty".into(),
             ));
         }
-        if req.descriptors.len() > MAX_DESCRIPTORS {
-            return Err(self.invalid(
-                "too_many_descriptors",
-                format!(
-                    "{} descriptors; at most {MAX_DESCRIPTORS}",
-                    req.descriptors.len()
-                ),
-            ));
+        let descriptors = req.descriptors.len();
+        if descriptors > MAX_DESCRIPTORS {
+            let message = format!("{descriptors} descriptors; at most {MAX_DESCRIPTORS}");
+            return Err(self.invalid("too_many_descriptors", message));
         }
         let hits = self.hits(req)?;
         let now_ns = unix_now_ns();

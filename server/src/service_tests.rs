@@ -3,8 +3,11 @@
 use super::*;
 use crate::engine::TableSettings;
 use crate::yaml::Domain;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::google::protobuf::UInt64Value;
+
+#[path = "../tests/common/request.rs"]
+mod common_request;
+use common_request::request as req;
 
 fn service(headers: bool) -> RateLimiter {
     let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3, name: \"per \\\"k\\\"\"}\n  - key: free\n    rate_limit: {unlimited: true}\n";
@@ -23,26 +26,6 @@ fn service(headers: bool) -> RateLimiter {
         },
         64,
     )))
-}
-
-fn req(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        hits_addend: hits,
-        descriptors: descriptors
-            .iter()
-            .map(|d| RateLimitDescriptor {
-                entries: d
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).into(),
-                        value: (*v).into(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-    }
 }
 
 #[test]

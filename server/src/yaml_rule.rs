@@ -257,11 +257,21 @@ impl Rule {
 
 /// envoyproxy/ratelimit's detailed metric key: the domain and every `key_value`.
 fn detailed_key(domain: &str, entries: &[Entry]) -> String {
+    descriptor_key(domain, entries, '.', '_')
+}
+
+/// `domain`, then each entry as `before_key` key `before_value` value.
+pub(crate) fn descriptor_key(
+    domain: &str,
+    entries: &[Entry],
+    before_key: char,
+    before_value: char,
+) -> String {
     let mut s = String::from(domain);
     for e in entries {
-        s.push('.');
+        s.push(before_key);
         s.push_str(&e.key);
-        s.push('_');
+        s.push(before_value);
         s.push_str(&e.value);
     }
     s

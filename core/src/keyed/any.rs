@@ -75,15 +75,11 @@ impl<C> AnyKeyed<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_clock(spec: &Spec, capacity: usize, clock: C) -> Result<Self, SpecError> {
-        let kind = spec.kind();
-        if !kind.caps().keyed {
-            return Err(SpecError::Unsupported {
-                kind,
-                what: "keyed limiting",
-            });
+        if !spec.kind().caps().keyed {
+            return Err(spec.unsupported("keyed limiting"));
         }
         let hasher = random_hasher();
-        let engine = kind.dispatch(BuildKeyed {
+        let engine = spec.kind().dispatch(BuildKeyed {
             spec,
             capacity,
             hasher: &hasher,
@@ -325,16 +321,7 @@ impl<C> AnyKeyed<C> {
     /// ```
     pub fn set_spec(&self, spec: &Spec) -> Result<(), SpecError> {
         let mut cur = self.spec.lock().unwrap_or_else(|e| e.into_inner());
-        let immutable = |field| Err(SpecError::Immutable { field });
-        if spec.kind() != cur.kind() {
-            return immutable("kind");
-        }
-        if spec.quotas().len() != cur.quotas().len() {
-            return immutable("number of limits");
-        }
-        if spec.max_delay_ns() != cur.max_delay_ns() {
-            return immutable("max delay");
-        }
+        cur.check_live_change(spec)?;
         self.engine.set_spec(spec)?;
         *cur = *spec;
         Ok(())

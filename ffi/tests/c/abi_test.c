@@ -8,21 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "expect.h"
 #include "sluicegate.h"
-
-#define SEC UINT64_C(1000000000)
-
-static sluicegate_config cfg(uint32_t alg, uint64_t amount, uint64_t period_ns, uint64_t burst) {
-    sluicegate_config c;
-    memset(&c, 0, sizeof c);
-    c.struct_size = sizeof c;
-    c.algorithm = alg;
-    c.amount = amount;
-    c.period_ns = period_ns;
-    c.burst = burst;
-    return c;
-}
 
 /* Admits at a fixed time until denied; returns how many were admitted. */
 static uint64_t drain(const sluicegate_limiter *l, uint64_t now) {

@@ -18,26 +18,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "expect.h"
 #include "sluicegate.h"
 
-#define SEC UINT64_C(1000000000)
 #define MS UINT64_C(1000000)
 
 static const char *live_url;
 static const char *closed_url;
 static char run_id[64];
-
-static sluicegate_config cfg(uint32_t alg, uint64_t amount, uint64_t period_ns, uint64_t burst) {
-    sluicegate_config c;
-    memset(&c, 0, sizeof c);
-    c.struct_size = sizeof c;
-    c.algorithm = alg;
-    c.amount = amount;
-    c.period_ns = period_ns;
-    c.burst = burst;
-    return c;
-}
 
 /* One per minute, burst 5: nothing refills during the test. */
 static sluicegate_config bucket(void) { return cfg(SLUICEGATE_TOKEN_BUCKET, 1, 60 * SEC, 5); }

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "sluicegate.h"
 
 #define THREADS 4
-#define SEC UINT64_C(1000000000)
 #define KEYS 64
 #define KEY_BURST 100
 
@@ -19,17 +19,6 @@ static sluicegate_striped *striped;
 static sluicegate_keyed *table;
 static atomic_ullong bucket_ok, window_ok, compound_ok, striped_ok, errors;
 static atomic_ullong key_ok[KEYS];
-
-static sluicegate_config cfg(uint32_t alg, uint64_t amount, uint64_t period_ns, uint64_t burst) {
-    sluicegate_config c;
-    memset(&c, 0, sizeof c);
-    c.struct_size = sizeof c;
-    c.algorithm = alg;
-    c.amount = amount;
-    c.period_ns = period_ns;
-    c.burst = burst;
-    return c;
-}
 
 static void count(sluicegate_status s, const sluicegate_decision *d, atomic_ullong *ok) {
     if (s != SLUICEGATE_OK) atomic_fetch_add(&errors, 1);

@@ -19,10 +19,8 @@
 using namespace std::chrono_literals;
 namespace sg = sluicegate;
 
-static_assert(!std::is_copy_constructible_v<sg::policy>, "handles are move-only");
-static_assert(!std::is_copy_assignable_v<sg::policy_decision>, "handles are move-only");
-static_assert(std::is_nothrow_move_constructible_v<sg::policy>, "moves never throw");
-static_assert(std::is_nothrow_move_assignable_v<sg::policy_decision>, "moves never throw");
+static_assert(is_handle_v<sg::policy> && is_handle_v<sg::policy_decision>,
+              "handles are move-only and their moves never throw");
 
 static const char *rules = R"(
 [defaults]

@@ -19,8 +19,7 @@
 using namespace std::chrono_literals;
 namespace sg = sluicegate;
 
-static_assert(!std::is_copy_constructible_v<sg::redis_limiter>, "handles are move-only");
-static_assert(std::is_nothrow_move_constructible_v<sg::redis_limiter>, "moves never throw");
+static_assert(is_handle_v<sg::redis_limiter>, "handles are move-only and their moves never throw");
 
 int main() {
     const char *live = std::getenv("SLUICEGATE_REDIS_URL");

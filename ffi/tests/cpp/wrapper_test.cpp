@@ -14,10 +14,9 @@
 using namespace std::chrono_literals;
 namespace sg = sluicegate;
 
-static_assert(!std::is_copy_constructible_v<sg::limiter>, "handles are move-only");
-static_assert(!std::is_copy_assignable_v<sg::keyed_limiter>, "handles are move-only");
-static_assert(std::is_nothrow_move_constructible_v<sg::limiter>, "moves never throw");
-static_assert(std::is_nothrow_move_assignable_v<sg::striped_limiter>, "moves never throw");
+static_assert(is_handle_v<sg::limiter> && is_handle_v<sg::keyed_limiter> &&
+                  is_handle_v<sg::striped_limiter>,
+              "handles are move-only and their moves never throw");
 
 int main() {
     // A token bucket from a rate string.

@@ -14,21 +14,12 @@ limited; websocket and lifespan pass through.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ._http import (
-    DEFAULT_LIMITS,
-    METRICS_CONTENT_TYPE,
-    HttpLimiter,
-    Outcome,
-    TableFactory,
-    _Algorithm,
-    _ForwardedHeader,
-    _LimitSpec,
-    _Policy,
-)
-from ._sluicegate import ManualClock, Policy
+from ._http import METRICS_CONTENT_TYPE, Outcome
+from ._middleware import Middleware
+from ._sluicegate import Policy
 
 __all__ = ["RateLimitMiddleware", "metrics_app"]
 
@@ -39,7 +30,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
     """Limits an ASGI app.
 
     ``limits``: the default for every route without its own (``None``: none);
@@ -58,57 +49,16 @@ class RateLimitMiddleware:
     enforcing rule); a string ``policy`` is, as before, what a full table does.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        limits: _LimitSpec | None = DEFAULT_LIMITS,
-        *,
-        routes: Mapping[str, _LimitSpec | None] | None = None,
-        exempt: Iterable[str] = (),
-        key_func: Callable[[Scope], str | bytes | int | None] | None = None,
-        cost_func: Callable[[Scope], int] | None = None,
-        trusted_proxies: Iterable[str] = (),
-        forwarded_header: _ForwardedHeader = "x-forwarded-for",
-        ipv6_prefix: int = 64,
-        capacity: int = 100_000,
-        algorithm: _Algorithm = "token_bucket",
-        policy: _Policy | Policy = "evict_stalest",
-        legacy_headers: bool = False,
-        clock: ManualClock | None = None,
-        table_factory: TableFactory | None = None,
-    ) -> None:
-        self.app = app
-        self.limiter = HttpLimiter(
-            limits,
-            routes=routes,
-            exempt=exempt,
-            trusted_proxies=trusted_proxies,
-            forwarded_header=forwarded_header,
-            ipv6_prefix=ipv6_prefix,
-            capacity=capacity,
-            algorithm=algorithm,
-            policy=policy,
-            legacy_headers=legacy_headers,
-            clock=clock,
-            table_factory=table_factory,
-        )
-        self.key_func = key_func or self.client_key
-        self.cost_func = cost_func
-        self._forwarded = forwarded_header.encode()
-
     def client_address(self, scope: Scope) -> str | None:
         """The client address: the socket peer, or from ``trusted_proxies``."""
         client = scope.get("client")
         peer = client[0] if client else None
         forwarded = None
         if self.limiter.trusted:
-            values = [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == self._forwarded]
+            name = self.limiter.forwarded_header.encode()
+            values = [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == name]
             forwarded = ", ".join(values) if values else None
         return self.limiter.client_address(peer, forwarded)
-
-    def client_key(self, scope: Scope) -> str:
-        """The default key: the client address, grouped as configured."""
-        return self.limiter.client_key(self.client_address(scope))
 
     def _policy_outcome(self, scope: Scope) -> Outcome | None:
         method, path = scope["method"], scope["path"]
@@ -116,7 +66,7 @@ class RateLimitMiddleware:
             return None
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", ())]
         host = next((v for k, v in headers if k == "host"), None)
-        cost = self.cost_func(scope) if self.cost_func is not None else 1
+        cost = self._cost(scope)
         return self.limiter.decide_policy(
             ip=self.client_address(scope), method=method, path=path, host=host, headers=headers, cost=cost
         )
@@ -154,7 +104,7 @@ class RateLimitMiddleware:
         key = self.key_func(scope)
         if key is None:
             return None
-        cost = self.cost_func(scope) if self.cost_func is not None else 1
+        cost = self._cost(scope)
         return await self.limiter.decide_async(rule, key, cost)
 
 

@@ -11,21 +11,12 @@ The same options and responses as :class:`sluicegate.asgi.RateLimitMiddleware`;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ._http import (
-    DEFAULT_LIMITS,
-    METRICS_CONTENT_TYPE,
-    HttpLimiter,
-    Outcome,
-    TableFactory,
-    _Algorithm,
-    _ForwardedHeader,
-    _LimitSpec,
-    _Policy,
-)
-from ._sluicegate import ManualClock, Policy
+from ._http import METRICS_CONTENT_TYPE, Outcome
+from ._middleware import Middleware
+from ._sluicegate import Policy
 
 if TYPE_CHECKING:
     # typeshed's WSGI types (PEP 3333), the ones Flask and Django annotate with.
@@ -35,61 +26,20 @@ if TYPE_CHECKING:
 __all__ = ["RateLimitMiddleware", "metrics_app"]
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(Middleware["WSGIApplication", "WSGIEnvironment"]):
     """Limits a WSGI app; see :class:`sluicegate.asgi.RateLimitMiddleware`."""
-
-    def __init__(
-        self,
-        app: WSGIApplication,
-        limits: _LimitSpec | None = DEFAULT_LIMITS,
-        *,
-        routes: Mapping[str, _LimitSpec | None] | None = None,
-        exempt: Iterable[str] = (),
-        key_func: Callable[[WSGIEnvironment], str | bytes | int | None] | None = None,
-        cost_func: Callable[[WSGIEnvironment], int] | None = None,
-        trusted_proxies: Iterable[str] = (),
-        forwarded_header: _ForwardedHeader = "x-forwarded-for",
-        ipv6_prefix: int = 64,
-        capacity: int = 100_000,
-        algorithm: _Algorithm = "token_bucket",
-        policy: _Policy | Policy = "evict_stalest",
-        legacy_headers: bool = False,
-        clock: ManualClock | None = None,
-        table_factory: TableFactory | None = None,
-    ) -> None:
-        self.app = app
-        self.limiter = HttpLimiter(
-            limits,
-            routes=routes,
-            exempt=exempt,
-            trusted_proxies=trusted_proxies,
-            forwarded_header=forwarded_header,
-            ipv6_prefix=ipv6_prefix,
-            capacity=capacity,
-            algorithm=algorithm,
-            policy=policy,
-            legacy_headers=legacy_headers,
-            clock=clock,
-            table_factory=table_factory,
-        )
-        self.key_func = key_func or self.client_key
-        self.cost_func = cost_func
-        self._forwarded = "HTTP_" + forwarded_header.upper().replace("-", "_")
 
     def client_address(self, environ: WSGIEnvironment) -> str | None:
         """The client address: the socket peer, or from ``trusted_proxies``."""
-        forwarded = environ.get(self._forwarded) if self.limiter.trusted else None
+        forwarded = None
+        if self.limiter.trusted:
+            forwarded = environ.get("HTTP_" + self.limiter.forwarded_header.upper().replace("-", "_"))
         peer = environ.get("REMOTE_ADDR") or None
         return self.limiter.client_address(peer, forwarded)
-
-    def client_key(self, environ: WSGIEnvironment) -> str:
-        """The default key: the client address, grouped as configured."""
-        return self.limiter.client_key(self.client_address(environ))
 
     def _outcome(self, environ: WSGIEnvironment) -> Outcome | None:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "") or "/"
-        cost = 1
         if self.limiter.rules is not None:
             if self.limiter.is_exempt(method, path):
                 return None
@@ -97,15 +47,13 @@ class RateLimitMiddleware:
             for k in ("CONTENT_TYPE", "CONTENT_LENGTH"):
                 if environ.get(k):
                     headers.append((k.lower().replace("_", "-"), environ[k]))
-            if self.cost_func is not None:
-                cost = self.cost_func(environ)
             return self.limiter.decide_policy(
                 ip=self.client_address(environ),
                 method=method,
                 path=path,
                 host=environ.get("HTTP_HOST"),
                 headers=headers,
-                cost=cost,
+                cost=self._cost(environ),
             )
         rule = self.limiter.rule_for(method, path)
         if rule is None:
@@ -113,9 +61,7 @@ class RateLimitMiddleware:
         key = self.key_func(environ)
         if key is None:
             return None
-        if self.cost_func is not None:
-            cost = self.cost_func(environ)
-        return self.limiter.decide(rule, key, cost)
+        return self.limiter.decide(rule, key, self._cost(environ))
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         outcome = self._outcome(environ)
