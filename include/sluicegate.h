@@ -1172,9 +1172,18 @@ sluicegate_status sluicegate_limiter_reset(const struct sluicegate_limiter *limi
  * `SLUICEGATE_ERR_NOT_UTF8` for text that is not UTF-8.
  *
  * `err` receives at most `err_cap` bytes including the NUL (truncated); it may
- * be NULL (or `err_cap` 0) for the status alone. Rules on `redis` or `hybrid`
- * backends are rejected (`SLUICEGATE_ERR_POLICY`, naming the rule): this
- * library builds local rules only.
+ * be NULL (or `err_cap` 0) for the status alone.
+ *
+ * Rules on `redis` or `hybrid` backends use the `[redis]` section's server
+ * (connected on first use, not here): their checks block for one round trip
+ * to it, bounded by its timeout (a `hybrid` rule answers most checks from its
+ * local leases), decide on the server's clock (the `now` of
+ * `sluicegate_policy_check_at` applies to local rules and to an
+ * `on_error = "local"` fallback only), and share their
+ * counts with every process using the same server, prefix and rule name. When
+ * Redis fails, the rule's `on_error` answers and the rule's
+ * `backend_error` says so. A library built without its `redis` feature
+ * rejects such rules (`SLUICEGATE_ERR_POLICY`, naming the rule).
  *
  * # Safety
  * `text` points to `len` readable bytes; `err` is NULL or valid for writes of
@@ -1287,7 +1296,9 @@ sluicegate_status sluicegate_policy_metrics_text_at(const struct sluicegate_poli
  * the check allocates a small buffer and frees it). Bad input: NULL pointers
  * (`SLUICEGATE_ERR_NULL`), a name or value that is not UTF-8
  * (`SLUICEGATE_ERR_NOT_UTF8`), too many attributes
- * (`SLUICEGATE_ERR_TOO_MANY_ATTRS`); then nothing is charged.
+ * (`SLUICEGATE_ERR_TOO_MANY_ATTRS`); then nothing is charged. A matching
+ * `redis` rule makes the call block for a round trip to its server (see
+ * `sluicegate_policy_new`).
  *
  * # Safety
  * `policy` is a live handle; `attrs` is NULL or points to `attr_count`
@@ -1304,7 +1315,8 @@ sluicegate_status sluicegate_policy_check(const struct sluicegate_policy *policy
 /**
  * `sluicegate_policy_check` at the caller's time `now_ns` (one monotonic clock
  * for every call on this policy, e.g. `sluicegate_now_ns` read once per
- * event-loop turn).
+ * event-loop turn). Rules on `redis` or `hybrid` backends decide on the Redis
+ * server's clock whatever `now_ns` is.
  *
  * # Safety
  * As `sluicegate_policy_check`.

@@ -148,6 +148,17 @@ unsafe fn clear_message(err: *mut c_char, err_cap: usize) {
     }
 }
 
+/// The policy builder of this library: with the `redis` feature, `redis` and
+/// `hybrid` rules are built by sluicegate-policy's Redis factory (a
+/// `RedisLimiter` per rule, a lease front for `hybrid`; the rule's `on_error`
+/// answers when Redis fails); without it such rules are rejected.
+fn builder() -> rules::PolicyBuilder {
+    let b = Policy::builder();
+    #[cfg(feature = "redis")]
+    let b = b.remote(rules::redis::RedisFactory::default());
+    b
+}
+
 /// # Safety
 /// As [`sluicegate_policy_new`].
 unsafe fn create(
@@ -166,8 +177,8 @@ unsafe fn create(
         }
         // SAFETY: the export's contract.
         let built = match unsafe { source(p, len, file) }? {
-            Source::Text(t) => Policy::from_toml(t),
-            Source::File(f) => Policy::from_path(f),
+            Source::Text(t) => builder().from_toml(t),
+            Source::File(f) => builder().from_path(f),
         };
         // SAFETY: the export's contract.
         let policy = unsafe {
@@ -189,9 +200,18 @@ unsafe fn create(
 /// `SLUICEGATE_ERR_NOT_UTF8` for text that is not UTF-8.
 ///
 /// `err` receives at most `err_cap` bytes including the NUL (truncated); it may
-/// be NULL (or `err_cap` 0) for the status alone. Rules on `redis` or `hybrid`
-/// backends are rejected (`SLUICEGATE_ERR_POLICY`, naming the rule): this
-/// library builds local rules only.
+/// be NULL (or `err_cap` 0) for the status alone.
+///
+/// Rules on `redis` or `hybrid` backends use the `[redis]` section's server
+/// (connected on first use, not here): their checks block for one round trip
+/// to it, bounded by its timeout (a `hybrid` rule answers most checks from its
+/// local leases), decide on the server's clock (the `now` of
+/// `sluicegate_policy_check_at` applies to local rules and to an
+/// `on_error = "local"` fallback only), and share their
+/// counts with every process using the same server, prefix and rule name. When
+/// Redis fails, the rule's `on_error` answers and the rule's
+/// `backend_error` says so. A library built without its `redis` feature
+/// rejects such rules (`SLUICEGATE_ERR_POLICY`, naming the rule).
 ///
 /// # Safety
 /// `text` points to `len` readable bytes; `err` is NULL or valid for writes of

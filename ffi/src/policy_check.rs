@@ -223,7 +223,9 @@ unsafe fn check(
 /// the check allocates a small buffer and frees it). Bad input: NULL pointers
 /// (`SLUICEGATE_ERR_NULL`), a name or value that is not UTF-8
 /// (`SLUICEGATE_ERR_NOT_UTF8`), too many attributes
-/// (`SLUICEGATE_ERR_TOO_MANY_ATTRS`); then nothing is charged.
+/// (`SLUICEGATE_ERR_TOO_MANY_ATTRS`); then nothing is charged. A matching
+/// `redis` rule makes the call block for a round trip to its server (see
+/// `sluicegate_policy_new`).
 ///
 /// # Safety
 /// `policy` is a live handle; `attrs` is NULL or points to `attr_count`
@@ -244,7 +246,8 @@ pub unsafe extern "C" fn sluicegate_policy_check(
 
 /// `sluicegate_policy_check` at the caller's time `now_ns` (one monotonic clock
 /// for every call on this policy, e.g. `sluicegate_now_ns` read once per
-/// event-loop turn).
+/// event-loop turn). Rules on `redis` or `hybrid` backends decide on the Redis
+/// server's clock whatever `now_ns` is.
 ///
 /// # Safety
 /// As `sluicegate_policy_check`.

@@ -3,7 +3,9 @@
  * time; remaining counting down; a peek charging nothing; the shaper's delay),
  * one handle checked from several threads, the failure policies for a server
  * that is not there (fail closed denies at once, fail open admits, the local
- * fallback decides its share; the source says who decided), and bad input.
+ * fallback decides its share; the source says who decided), bad input, and
+ * policies (sluicegate_policy_*) whose `redis` and `hybrid` rules share one
+ * count between two handles, with `on_error` answering for a dead server.
  *
  * SLUICEGATE_REDIS_URL: a live server (scripts/test-ffi starts its own);
  * SLUICEGATE_REDIS_CLOSED_URL: a loopback port nobody listens on.
@@ -264,6 +266,100 @@ static void test_server_unreachable(void) {
     sluicegate_redis_free(h);
 }
 
+/* One policy handle per "process", each with its own Redis limiters. */
+static sluicegate_policy *redis_policy(const char *url, const char *prefix) {
+    char text[1024], err[512];
+    snprintf(text, sizeof text,
+             "[redis]\nurl = \"%s\"\nprefix = \"%s\"\n\n"
+             "[[rule]]\nname = \"shared\"\nmatch = { tenant = \"*\" }\nkey = [\"tenant\"]\n"
+             "limit = \"3/hour\"\nbackend = \"redis\"\non_error = \"closed\"\n\n"
+             "[[rule]]\nname = \"leased\"\nmatch = { path = \"/hot\" }\nlimit = \"1000/second\"\n"
+             "backend = \"hybrid\"\non_error = \"open\"\n",
+             url, prefix);
+    sluicegate_policy *p = NULL;
+    sluicegate_status s = sluicegate_policy_new(text, strlen(text), err, sizeof err, &p);
+    if (s != SLUICEGATE_OK) fprintf(stderr, "policy rejected: %s\n", err);
+    EXPECT_STATUS(s, SLUICEGATE_OK);
+    return p;
+}
+
+static sluicegate_attr attr(const char *n, const char *v) {
+    sluicegate_attr a = {n, strlen(n), v, strlen(v)};
+    return a;
+}
+
+/* Checks one request with the attributes tenant=`tenant` and, when given,
+ * path=`path`; returns whether it was admitted. */
+static bool policy_check(const sluicegate_policy *p, const char *tenant, const char *path,
+                         sluicegate_policy_decision *d, sluicegate_policy_result *r) {
+    sluicegate_attr a[2] = {attr("tenant", tenant), attr("path", path ? path : "")};
+    EXPECT_STATUS(sluicegate_policy_check(p, a, path ? 2 : 1, 1, d, r), SLUICEGATE_OK);
+    return r->allowed;
+}
+
+static void test_policy_on_redis(void) {
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "ffi-c-policy-%s:", run_id);
+    sluicegate_policy *a = redis_policy(live_url, prefix);
+    sluicegate_policy *b = redis_policy(live_url, prefix);
+    sluicegate_policy_decision *d = NULL;
+    EXPECT_STATUS(sluicegate_policy_decision_new(&d), SLUICEGATE_OK);
+    if (a == NULL || b == NULL || d == NULL) return;
+    sluicegate_policy_result r;
+    sluicegate_policy_rule rule;
+
+    /* `shared`, 3 an hour per tenant, counted in Redis: the two handles admit 3
+     * between them, then both deny; another tenant has its own count. */
+    EXPECT(policy_check(a, "acme", NULL, d, &r));
+    EXPECT_STATUS(sluicegate_policy_decision_rule(d, 0, &rule), SLUICEGATE_OK);
+    EXPECT(rule.allowed && !rule.backend_error && rule.remaining == 2 && rule.limit == 3);
+    EXPECT(policy_check(b, "acme", NULL, d, &r));
+    EXPECT_STATUS(sluicegate_policy_decision_rule(d, 0, &rule), SLUICEGATE_OK);
+    EXPECT(rule.remaining == 1);
+    EXPECT(policy_check(a, "acme", NULL, d, &r));
+    EXPECT(!policy_check(b, "acme", NULL, d, &r));
+    EXPECT(r.denying_rule == 0 && r.retry_after_ns > 0);
+    EXPECT_STATUS(sluicegate_policy_decision_rule(d, 0, &rule), SLUICEGATE_OK);
+    EXPECT(!rule.allowed && !rule.backend_error && rule.remaining == 0);
+    EXPECT(!policy_check(a, "acme", NULL, d, &r));
+    EXPECT(policy_check(b, "globex", NULL, d, &r));
+
+    /* `leased` (hybrid, 1000/s) matches too: all-or-nothing with `shared`, so
+     * tenant t2 gets exactly its 3 of 200 however the leases fall. */
+    int hot = 0;
+    for (int i = 0; i < 200; ++i) hot += policy_check(i % 2 ? b : a, "t2", "/hot", d, &r);
+    EXPECT(hot == 3);
+    if (hot != 3) fprintf(stderr, "t2 admitted %d of 200, want 3\n", hot);
+
+    /* The metrics name both rules, with no backend errors. */
+    char metrics[8192];
+    size_t len = 0;
+    EXPECT_STATUS(sluicegate_policy_metrics_text(a, metrics, sizeof metrics, &len), SLUICEGATE_OK);
+    EXPECT(len < sizeof metrics && strstr(metrics, "rule=\"shared\"") != NULL &&
+           strstr(metrics, "rule=\"leased\"") != NULL);
+    sluicegate_policy_free(a);
+    sluicegate_policy_free(b);
+
+    /* A server that is not there: `shared` (on_error closed) denies, `leased`
+     * (open) admits, each flagged as a backend error; nothing blocks long. */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sluicegate_policy *dead = redis_policy(closed_url, prefix);
+    if (dead == NULL) return;
+    EXPECT(!policy_check(dead, "acme", NULL, d, &r));
+    EXPECT_STATUS(sluicegate_policy_decision_rule(d, 0, &rule), SLUICEGATE_OK);
+    EXPECT(!rule.allowed && rule.backend_error);
+    sluicegate_attr hot_only[1] = {attr("path", "/hot")};
+    EXPECT_STATUS(sluicegate_policy_check(dead, hot_only, 1, 1, d, &r), SLUICEGATE_OK);
+    EXPECT(r.allowed && r.rule_count == 1);
+    EXPECT_STATUS(sluicegate_policy_decision_rule(d, 0, &rule), SLUICEGATE_OK);
+    EXPECT(rule.allowed && rule.backend_error);
+    const double took = seconds_since(&t0);
+    EXPECT(took < 10.0);
+    sluicegate_policy_free(dead);
+    sluicegate_policy_decision_free(d);
+}
+
 static void test_bad_input(void) {
     const sluicegate_config good = bucket();
     sluicegate_redis *h = NULL;
@@ -339,6 +435,7 @@ int main(void) {
     test_other_algorithms();
     test_threads();
     test_server_unreachable();
+    test_policy_on_redis();
     test_bad_input();
     printf("redis_test (C11, sluicegate %s, %s): %d passed, %d failed\n", sluicegate_version(),
            live_url, checks - failures, failures);
