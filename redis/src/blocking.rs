@@ -41,13 +41,43 @@ fn stopped() -> Error {
     )))
 }
 
-fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
+/// The private runtime, shut down without waiting when its last handle is
+/// dropped inside another runtime (a policy reload or a server's shutdown drops
+/// its Redis rules on an async task, where a blocking drop would panic); on a
+/// plain thread it is dropped as usual, waiting for its tasks.
+#[derive(Debug)]
+struct Private(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Private {
+    type Target = tokio::runtime::Runtime;
+    #[allow(
+        clippy::expect_used,
+        reason = "Some from `runtime()` until `drop`, which alone takes it"
+    )]
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0
+            .as_ref()
+            .expect("the runtime lives until the limiter is dropped")
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            if in_runtime() {
+                rt.shutdown_background();
+            }
+        }
+    }
+}
+
+fn runtime() -> Result<Arc<Private>, Error> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("sluicegate-redis")
         .enable_all()
         .build()
-        .map(Arc::new)
+        .map(|rt| Arc::new(Private(Some(rt))))
         .map_err(|e| {
             Error::Config(ConfigError::caused_by(
                 "runtime",
@@ -70,7 +100,7 @@ fn runtime() -> Result<Arc<tokio::runtime::Runtime>, Error> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisLimiter {
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: Arc<Private>,
     inner: AsyncLimiter,
 }
 
@@ -301,7 +331,7 @@ impl RedisLimiter {
 /// ```
 #[derive(Clone, Debug)]
 pub struct HybridLimiter {
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: Arc<Private>,
     inner: AsyncHybrid,
 }
 
@@ -365,5 +395,42 @@ impl HybridLimiter {
     /// ```
     pub fn stats(&self) -> HybridStats {
         self.inner.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy reload or a server's shutdown drops its Redis limiters on an
+    /// async task: the private runtime must not panic there ("Cannot drop a
+    /// runtime in a context where blocking is not allowed").
+    #[test]
+    fn the_last_handle_dropped_inside_another_runtime_does_not_panic() {
+        let limit = Limit::parse("token_bucket", "1/s").unwrap();
+        let backend = crate::Backend::from_url("redis://127.0.0.1:1").unwrap();
+        let rl = RedisLimiter::new(backend, "drop", limit, Config::default()).unwrap();
+        let hybrid = HybridLimiter::new(rl.clone(), HybridConfig::default()).unwrap();
+        for flavor in ["current_thread", "multi_thread"] {
+            let outer = if flavor == "current_thread" {
+                tokio::runtime::Builder::new_current_thread().build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread().build()
+            }
+            .unwrap();
+            let (rl, hybrid) = (rl.clone(), hybrid.clone());
+            outer.block_on(async move {
+                drop(hybrid);
+                drop(rl);
+            });
+        }
+        // The last handles: dropped inside a runtime, so shut down in the background.
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        outer.block_on(async move {
+            drop(hybrid);
+            drop(rl);
+        });
     }
 }
