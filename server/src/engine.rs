@@ -187,6 +187,12 @@ impl RuleSet {
         self.domains.len()
     }
 
+    /// Whether a decision in `domain` may wait for a Redis round trip (a TOML
+    /// domain with a `redis` or `hybrid` rule).
+    pub(crate) fn may_block(&self, domain: &str) -> bool {
+        matches!(self.domains.get(domain), Some(DomainRules::Toml(t)) if t.is_remote())
+    }
+
     /// Decides every descriptor of one request at `now_ns` (Unix nanoseconds), with
     /// `hits[i]` units for descriptor `i`; `headers` also formats the `RateLimit`
     /// items. `None` when the domain is unknown (every descriptor OK, as upstream).

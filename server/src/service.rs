@@ -307,7 +307,17 @@ impl RateLimitService for RateLimiter {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = Instant::now();
-        let answer = self.decide(request.get_ref());
+        let req = request.get_ref();
+        // A Redis rule's check blocks this thread for a round trip: on a
+        // multi-threaded runtime, hand this worker's other tasks to another
+        // thread meanwhile, so that one slow check does not stall the rest.
+        let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread;
+        let answer = if multi_thread && self.shared.rules().may_block(&req.domain) {
+            tokio::task::block_in_place(|| self.decide(req))
+        } else {
+            self.decide(req)
+        };
         self.shared.metrics.observe_latency(start.elapsed());
         if let Err(status) = &answer {
             tracing::debug!(domain = %request.get_ref().domain, error = %status.message(), "refused a malformed request");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use sluicegate_policy::redis::RedisFactory;
-use sluicegate_policy::{Attrs, Mode, Policy};
+use sluicegate_policy::{Attrs, Backend, Mode, Policy};
 
 use crate::engine::{is_shadow, Limited, MetricRow, Outcome};
 use crate::metrics::{HitResult, RuleMetrics, TableCounts};
@@ -49,6 +49,9 @@ fn unit_of(window_ns: u64) -> Unit {
 pub struct TomlDomain {
     domain: String,
     policy: Arc<Policy>,
+    /// Some rule is on a shared backend (`redis` / `hybrid`): a decision may wait
+    /// for a Redis round trip.
+    remote: bool,
     text: String,
     metrics: HashMap<String, Arc<RuleMetrics>>,
 }
@@ -92,12 +95,23 @@ impl TomlDomain {
                 (r.name().to_owned(), m)
             })
             .collect();
+        let remote = policy
+            .definition()
+            .rules()
+            .iter()
+            .any(|r| r.backend() != Backend::Local);
         Ok(TomlDomain {
             domain: domain.to_owned(),
             policy,
+            remote,
             text: text.to_owned(),
             metrics,
         })
+    }
+
+    /// Whether a decision may wait for a Redis round trip.
+    pub fn is_remote(&self) -> bool {
+        self.remote
     }
 
     /// Decides one descriptor.
