@@ -14,7 +14,20 @@
 //! loop the lag of sends behind their schedule (tokio's timer has 1 ms
 //! granularity, and a saturated client falls behind) is reported apart, so that
 //! coordinated omission shows instead of hiding.
+//!
+//! `--backend redis|hybrid --redis redis://127.0.0.1:6379` gives the in-process
+//! server the same limit as a TOML rule on that backend (a fixed window per
+//! second keyed by the descriptor value, keys under a prefix of this run's own)
+//! and reports how many Redis script calls the run made per decision, read from
+//! the server's `INFO commandstats` before and after: 1.0 for `redis` (one
+//! round trip per decision), the share not answered from leases for `hybrid`.
+//!
+//! ```text
+//! cargo run --release -p sluicegate-server --example loadgen -- --seconds 5 --distinct 1000 \
+//!     --backend hybrid --redis redis://127.0.0.1:6379
+//! ```
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -55,6 +68,21 @@ struct Args {
     /// Requests per second allowed per descriptor value by the in-process server.
     #[arg(long, default_value_t = 1000)]
     limit: u32,
+    /// Where the in-process server keeps its counts: `local` (envoyproxy/ratelimit
+    /// YAML, in memory), or a TOML rule on `redis` or `hybrid` (needs `--redis`).
+    #[arg(long, value_enum, default_value_t = Backend::Local)]
+    backend: Backend,
+    /// The Redis server of `--backend redis|hybrid` (`redis://host:port`).
+    #[arg(long)]
+    redis: Option<String>,
+}
+
+/// The in-process server's backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    Local,
+    Redis,
+    Hybrid,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -69,6 +97,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--distinct, --concurrency, --connections and --seconds must be positive".into(),
         );
     }
+    let redis = match (args.backend, &args.redis) {
+        (Backend::Local, None) => None,
+        (Backend::Local, Some(_)) => return Err("--redis needs --backend redis or hybrid".into()),
+        (_, None) => return Err("--backend redis|hybrid needs --redis URL".into()),
+        (_, Some(_)) if args.addr.is_some() => {
+            return Err("--backend configures the in-process server: not with --addr".into())
+        }
+        (_, Some(url)) => Some(RedisStats::new(url)?),
+    };
     let (addr, _server) = match args.addr {
         Some(a) => (a, None),
         None => {
@@ -76,6 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (a, Some(s))
         }
     };
+    let calls_before = redis.as_ref().map(RedisStats::script_calls).transpose()?;
     let cpu_before = process_cpu_secs();
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.client_threads)
@@ -99,8 +137,73 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => String::new(),
     };
-    println!("{report}{cpu}");
+    let redis_calls = match (&redis, calls_before) {
+        (Some(r), Some(before)) => {
+            let calls = r.script_calls()?.saturating_sub(before);
+            format!(
+                ", {:.3} Redis script calls per decision ({calls} calls)",
+                calls as f64 / decisions.max(1) as f64
+            )
+        }
+        _ => String::new(),
+    };
+    println!("backend={:?} {report}{cpu}{redis_calls}", args.backend);
     Ok(())
+}
+
+/// The Redis server of a `redis`/`hybrid` run, asked for its script call counts
+/// over a plain RESP connection (`INFO commandstats`).
+struct RedisStats {
+    addr: String,
+}
+
+impl RedisStats {
+    fn new(url: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let rest = url
+            .strip_prefix("redis://")
+            .ok_or("--redis takes a redis://host:port URL")?;
+        let host_port = rest.split(['/', '?']).next().unwrap_or(rest);
+        let host_port = host_port.rsplit('@').next().unwrap_or(host_port);
+        let addr = if host_port.contains(':') {
+            host_port.to_owned()
+        } else {
+            format!("{host_port}:6379")
+        };
+        let stats = Self { addr };
+        stats.script_calls()?;
+        Ok(stats)
+    }
+
+    /// Calls of `EVALSHA`, `EVAL` and `FCALL` so far.
+    fn script_calls(&self) -> Result<u64, Box<dyn std::error::Error>> {
+        let mut conn = std::net::TcpStream::connect(&self.addr)?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+        conn.write_all(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")?;
+        let mut reader = BufReader::new(conn);
+        let mut header = String::new();
+        reader.read_line(&mut header)?;
+        let len: usize = header
+            .strip_prefix('$')
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| format!("INFO commandstats: unexpected reply {header:?}"))?;
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body)?;
+        let text = String::from_utf8_lossy(&body);
+        let mut calls = 0;
+        for line in text.lines() {
+            for cmd in ["evalsha", "eval", "fcall"] {
+                let Some(stats) = line.strip_prefix(&format!("cmdstat_{cmd}:")) else {
+                    continue;
+                };
+                calls += stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("calls="))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        Ok(calls)
+    }
 }
 
 /// The in-process server's runtime and the sender whose drop stops it.
@@ -110,8 +213,31 @@ type InProcess = (tokio::runtime::Runtime, tokio::sync::oneshot::Sender<()>);
 fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("sluicegate-loadgen-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let yaml = format!("domain: bench\ndescriptors:\n  - key: client\n    rate_limit: {{unit: second, requests_per_unit: {}}}\n", args.limit);
-    std::fs::write(dir.join("bench.yaml"), yaml)?;
+    match (args.backend, &args.redis) {
+        (Backend::Redis | Backend::Hybrid, Some(url)) => {
+            // The YAML limit as a TOML rule: a fixed window per second per value.
+            let toml = format!(
+                "[redis]\nurl = \"{url}\"\nprefix = \"loadgen-{}-{}:\"\n\n\
+                 [[rule]]\nname = \"per-client\"\nkey = [\"client\"]\nlimit = \"{}/second\"\n\
+                 algorithm = \"fixed_window\"\nbackend = \"{}\"\non_error = \"open\"\n",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+                args.limit,
+                if args.backend == Backend::Redis {
+                    "redis"
+                } else {
+                    "hybrid"
+                },
+            );
+            std::fs::write(dir.join("bench.toml"), toml)?;
+        }
+        _ => {
+            let yaml = format!("domain: bench\ndescriptors:\n  - key: client\n    rate_limit: {{unit: second, requests_per_unit: {}}}\n", args.limit);
+            std::fs::write(dir.join("bench.yaml"), yaml)?;
+        }
+    }
     let config = sluicegate_server::Config {
         config_path: dir.clone(),
         grpc: "127.0.0.1:0".parse()?,
