@@ -4,7 +4,10 @@
 //! client; the hybrid mode's local hits from one and two threads (`hybrid_local_hit`:
 //! the key map, the lease and the counters under contention); then throughput with
 //! pipelining and the hybrid mode's local share, printed as a table with the
-//! targets.
+//! targets (issue 15's): one client's sequential check, async and blocking,
+//! against PING from the same connection kind; `check_many(256)` against a
+//! pipeline of 256 PINGs; the hybrid local share per algorithm, paced and at
+//! saturation. `scripts/bench-redis` adds the Python client's row.
 // Written against the deprecated `Algorithm` names, which must keep working.
 #![allow(deprecated)]
 
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use sluicegate::Quota;
 use sluicegate_redis::{
-    Algorithm, Backend, Config, HybridConfig, HybridLimiter, Limit, RedisLimiter,
+    blocking, Algorithm, Backend, Config, HybridConfig, HybridLimiter, Limit, RedisLimiter,
 };
 use tokio::runtime::Runtime;
 
@@ -25,6 +28,7 @@ struct Env {
     url: String,
     conn: redis::aio::MultiplexedConnection,
     ours: RedisLimiter,
+    ours_blocking: blocking::RedisLimiter,
     rate_script: redis::Script,
 }
 
@@ -43,17 +47,22 @@ fn env() -> Env {
         )
         .unwrap();
     let ours = limiter(&url, "bench");
+    let (limit, cfg) = never_exhausted();
+    let ours_blocking =
+        blocking::RedisLimiter::new(Backend::from_url(&url).unwrap(), "bench", limit, cfg).unwrap();
     Env {
         rt,
         url,
         conn,
         ours,
+        ours_blocking,
         rate_script: redis::Script::new(REDIS_RATE),
     }
 }
 
-/// A quota no benchmark exhausts, so every check does the full admit-and-write path.
-fn limiter(url: &str, name: &str) -> RedisLimiter {
+/// A quota no benchmark exhausts, so every check does the full admit-and-write
+/// path, and a timeout no healthy run reaches.
+fn never_exhausted() -> (Limit, Config) {
     let limit = Limit::new(
         Algorithm::TokenBucket,
         Quota::per_second(1_000_000).burst(1_000_000),
@@ -63,6 +72,11 @@ fn limiter(url: &str, name: &str) -> RedisLimiter {
         timeout: Duration::from_secs(1),
         ..Config::default()
     };
+    (limit, cfg)
+}
+
+fn limiter(url: &str, name: &str) -> RedisLimiter {
+    let (limit, cfg) = never_exhausted();
     RedisLimiter::new(Backend::from_url(url).unwrap(), name, limit, cfg).unwrap()
 }
 
@@ -226,6 +240,41 @@ async fn hybrid_steady(url: &str, alg: Algorithm, quota: Quota) -> (u64, f64) {
     (allowed, h.stats().local_share())
 }
 
+/// One key checked back to back for a second (one client, as fast as answers
+/// come) through a hybrid limiter of `quota`, starting at a window's edge: how
+/// many were admitted, the bound `b + r·t` for the elapsed `t`, and the share
+/// answered locally.
+async fn hybrid_saturated(url: &str, alg: Algorithm, quota: Quota) -> (u64, u64, f64) {
+    let cfg = Config {
+        timeout: Duration::from_secs(1),
+        ..Config::default()
+    };
+    let name = format!("saturated-{alg:?}-{}", std::process::id());
+    let limit = Limit::new(alg, quota).unwrap();
+    let h = HybridLimiter::new(
+        RedisLimiter::new(Backend::from_url(url).unwrap(), &name, limit, cfg).unwrap(),
+        HybridConfig::default(),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let mut allowed = 0u64;
+    while start.elapsed() < Duration::from_secs(1) {
+        if h.check("k").await.unwrap().decision.allowed {
+            allowed += 1;
+        }
+    }
+    // Windows: at most two windows' limits meet a second that straddles one edge;
+    // the bucket: its burst plus what refilled.
+    let secs = start.elapsed().as_secs_f64();
+    let rate = quota.amount() as f64 / quota.period().as_secs_f64();
+    let bound = if alg == Algorithm::TokenBucket {
+        quota.burst_size() + (rate * secs).ceil() as u64
+    } else {
+        quota.amount() * (secs.ceil() as u64 + 1)
+    };
+    (allowed, bound, h.stats().local_share())
+}
+
 /// Checks per second of 64 tasks checking one hot key back to back for `for_`,
 /// through one limiter (one multiplexed connection), coalescing off or on.
 async fn hot_key(url: &str, coalesce: Option<Duration>, for_: Duration) -> f64 {
@@ -275,6 +324,12 @@ fn table(e: &mut Env) {
     // frequency) falls on all three alike.
     let round = Duration::from_millis(50);
     let (mut ping_rate, mut ours_rate, mut rr_rate) = (0.0, 0.0, 0.0);
+    let (mut blocking_ping_rate, mut blocking_rate) = (0.0, 0.0);
+    // A blocking client's PING: redis-rs's synchronous connection.
+    let mut sync_conn = redis::Client::open(e.url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
     let rounds = 40;
     for _ in 0..rounds {
         ping_rate += rate(round, || {
@@ -283,6 +338,14 @@ fn table(e: &mut Env) {
         }) / rounds as f64;
         ours_rate += rate(round, || {
             e.rt.block_on(e.ours.check("k")).unwrap();
+            1
+        }) / rounds as f64;
+        blocking_ping_rate += rate(round, || {
+            let _: String = redis::cmd("PING").query(&mut sync_conn).unwrap();
+            1
+        }) / rounds as f64;
+        blocking_rate += rate(round, || {
+            e.ours_blocking.check("k").unwrap();
             1
         }) / rounds as f64;
         rr_rate += rate(round, || {
@@ -295,12 +358,30 @@ fn table(e: &mut Env) {
     // two batches in flight so the server never waits for the client to build one.
     let keys: Vec<String> = (0..64).map(|i| format!("p{i}")).collect();
     let items: Vec<(&str, u64)> = (0..256).map(|i| (keys[i % 64].as_str(), 1)).collect();
-    let piped = rate(d, || {
-        let (a, b) = e
-            .rt
-            .block_on(async { tokio::join!(e.ours.check_many(&items), e.ours.check_many(&items)) });
-        (a.len() + b.len()) as u64
-    });
+    // Interleaved with the same shape of PING pipelines (two of 256 in flight).
+    let mut pings = redis::pipe();
+    for _ in 0..256 {
+        pings.cmd("PING");
+    }
+    let (mut piped, mut piped_ping) = (0.0, 0.0);
+    for _ in 0..4 {
+        piped += rate(d / 4, || {
+            let (a, b) = e.rt.block_on(async {
+                tokio::join!(e.ours.check_many(&items), e.ours.check_many(&items))
+            });
+            (a.len() + b.len()) as u64
+        }) / 4.0;
+        piped_ping += rate(d / 4, || {
+            let (mut c1, mut c2) = (e.conn.clone(), e.conn.clone());
+            e.rt.block_on(async {
+                let (a, b): (
+                    redis::RedisResult<Vec<String>>,
+                    redis::RedisResult<Vec<String>>,
+                ) = tokio::join!(pings.query_async(&mut c1), pings.query_async(&mut c2));
+                (a.unwrap().len() + b.unwrap().len()) as u64
+            })
+        }) / 4.0;
+    }
     // One hot key, 64 concurrent tasks: one script call per check, or per-key
     // coalescing (a flight per key, sent after one yield). Interleaved rounds.
     let (mut plain, mut coalesced) = (0.0, 0.0);
@@ -338,6 +419,30 @@ fn table(e: &mut Env) {
         (what, allowed, share)
     })
     .collect();
+    // Hybrid at saturation: one client as fast as it can on one key of 10 000/s.
+    let saturated: Vec<(&str, u64, u64, f64)> = [
+        (
+            "token bucket",
+            Algorithm::TokenBucket,
+            Quota::per_second(10_000).burst(5_000),
+        ),
+        (
+            "fixed window",
+            Algorithm::FixedWindow,
+            Quota::per_second(10_000),
+        ),
+        (
+            "sliding window",
+            Algorithm::SlidingWindow,
+            Quota::per_second(10_000),
+        ),
+    ]
+    .into_iter()
+    .map(|(what, alg, quota)| {
+        let (allowed, bound, share) = e.rt.block_on(hybrid_saturated(&e.url, alg, quota));
+        (what, allowed, bound, share)
+    })
+    .collect();
 
     let yes = |ok: bool| if ok { "met" } else { "MISSED" };
     println!();
@@ -354,8 +459,18 @@ fn table(e: &mut Env) {
         rr_rate / ping_rate
     );
     println!(
-        "| sluicegate check, pipelined (2 × check_many of 256 in flight) | {piped:.0} checks/s | ≥ 100 000/s | {} |",
-        yes(piped >= 100_000.0)
+        "| PING, blocking client (redis-rs sync connection), sequential (floor) | {blocking_ping_rate:.0} ops/s | | |"
+    );
+    println!(
+        "| sluicegate blocking check, sequential | {blocking_rate:.0} checks/s ({:.2}× blocking PING) | ≥ 0.9× PING | {} |",
+        blocking_rate / blocking_ping_rate,
+        yes(blocking_rate >= 0.9 * blocking_ping_rate)
+    );
+    println!("| PING, pipelined (2 × 256 in flight) | {piped_ping:.0} ops/s | | |");
+    println!(
+        "| sluicegate check, pipelined (2 × check_many of 256 in flight) | {piped:.0} checks/s ({:.2}× pipelined PING) | ≥ 100 000/s and ≥ 0.5× PING | {} |",
+        piped / piped_ping,
+        yes(piped >= 100_000.0 && piped >= 0.5 * piped_ping)
     );
     println!(
         "| one hot key, 64 tasks, one script call per check | {plain:.0} checks/s | (anchor) | |"
@@ -369,6 +484,13 @@ fn table(e: &mut Env) {
             "| hybrid {what}, steady 2000/s under a 10 000/s quota | {:.1}% without a round trip ({allowed}/4000 admitted) | ≥ 95% | {} |",
             100.0 * share,
             yes(share >= 0.95)
+        );
+    }
+    for (what, allowed, bound, share) in saturated {
+        println!(
+            "| hybrid {what}, one client saturating a 10 000/s quota for 1 s | {:.1}% without a round trip ({allowed} admitted, bound {bound}) | ≥ 95%, within the bound | {} |",
+            100.0 * share,
+            yes(share >= 0.95 && allowed <= bound)
         );
     }
 }
