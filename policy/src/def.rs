@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use sluicegate::{Kind, Spec};
 
@@ -92,10 +93,14 @@ names! {
 /// The `[redis]` table.
 ///
 /// ```
+/// use std::time::Duration;
 /// use sluicegate_policy::PolicyDef;
-/// let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n";
+/// let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\nlease_horizon_ms = 1000\n";
 /// let def = PolicyDef::parse(text, None)?;
-/// assert_eq!(def.redis().unwrap().url, "redis://127.0.0.1:6379");
+/// let redis = def.redis().unwrap();
+/// assert_eq!(redis.url, "redis://127.0.0.1:6379");
+/// assert_eq!(redis.lease_horizon, Some(Duration::from_secs(1)));
+/// assert_eq!(redis.lease_ttl, None); // the factory's default
 /// # Ok::<(), sluicegate_policy::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +109,15 @@ pub struct RedisSettings {
     pub url: String,
     /// Prefix of every Redis key of this policy (default `sluicegate:`).
     pub prefix: String,
+    /// `hybrid` rules: how long a lease is sized to last at a key's own rate
+    /// (`lease_horizon_ms`; `None`: the factory's, 100 ms by default). Longer
+    /// leases answer more checks locally for keys seen a few times a second; a
+    /// window's lease still ends with its window.
+    pub lease_horizon: Option<Duration>,
+    /// `hybrid` rules: leased units not spent within this long are dropped
+    /// (`lease_ttl_ms`; `None`: the factory's, 250 ms by default). It is the `L`
+    /// of the token bucket's over-admission bound `b + r·(Δ + L)` per process.
+    pub lease_ttl: Option<Duration>,
 }
 
 /// One validated rule.

@@ -35,6 +35,8 @@ pub(crate) struct RawDefaults {
 pub(crate) struct RawRedis {
     pub url: S<String>,
     pub prefix: Option<S<String>>,
+    pub lease_horizon_ms: Option<S<i64>>,
+    pub lease_ttl_ms: Option<S<i64>>,
 }
 
 #[derive(Deserialize)]

@@ -119,7 +119,13 @@ impl RemoteFactory for RedisFactory {
         let remote = blocking::RedisLimiter::new(backend, &name, limit, cfg).map_err(failed)?;
         let hybrid = match rule.backend() {
             Backend::Hybrid => {
-                Some(blocking::HybridLimiter::new(remote.clone(), self.hybrid).map_err(failed)?)
+                // The rule file's lease settings, else the factory's.
+                let hc = HybridConfig {
+                    horizon: redis.lease_horizon.unwrap_or(self.hybrid.horizon),
+                    lease_ttl: redis.lease_ttl.unwrap_or(self.hybrid.lease_ttl),
+                    ..self.hybrid
+                };
+                Some(blocking::HybridLimiter::new(remote.clone(), hc).map_err(failed)?)
             }
             _ => None,
         };

@@ -11,6 +11,9 @@
 //!   backend) keeps its limiter with the new limits applied (`set_spec`: state
 //!   carries over as each algorithm documents);
 //! * any other change builds the rule anew (full buckets, empty windows);
+//! * a rule on `redis` or `hybrid` is also built anew when the `[redis]` table
+//!   changed (server, prefix, lease settings): its counts live in Redis and carry
+//!   over with an unchanged prefix; its connection and leases do not;
 //! * a removed rule's limiter is freed once the last check using it returns.
 //!
 //! Counters follow the rule's name.
@@ -41,9 +44,13 @@ pub(crate) fn plan(
     // (limiter, spec to restore) for limits changed in place, undone on failure.
     let mut changed = Vec::new();
     let mut fail = None;
+    let redis_changed = old.is_some_and(|o| o.def.redis() != def.redis());
     for rule in &def.rules {
         let prev = previous(rule.name());
         let metrics = prev.map_or_else(Arc::default, |p| p.metrics.clone());
+        // Counters follow the name; a Redis rule under a changed `[redis]` table
+        // keeps nothing else.
+        let prev = prev.filter(|_| rule.backend() == Backend::Local || !redis_changed);
         if let Some(p) = prev.filter(|p| p.def.same_limiter(rule)) {
             out.push((p.limiter.clone(), metrics));
             continue;

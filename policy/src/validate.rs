@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::time::Duration;
 
 use sluicegate::{Kind, Spec, SpecError};
 
@@ -199,14 +200,39 @@ fn redis(cx: &mut Ctx<'_>, r: &S<crate::raw::RawRedis>) -> Option<RedisSettings>
         cx.err(Code::Redis, url, msg.into());
         return None;
     }
+    let r = r.get_ref();
+    let lease_horizon = r
+        .lease_horizon_ms
+        .as_ref()
+        .and_then(|ms| lease_ms(cx, ms, "lease_horizon_ms"));
+    let lease_ttl = r
+        .lease_ttl_ms
+        .as_ref()
+        .and_then(|ms| lease_ms(cx, ms, "lease_ttl_ms"));
     Some(RedisSettings {
         url: url.get_ref().clone(),
         prefix: r
-            .get_ref()
             .prefix
             .as_ref()
             .map_or_else(|| "sluicegate:".to_owned(), |p| p.get_ref().clone()),
+        lease_horizon,
+        lease_ttl,
     })
+}
+
+/// The longest lease horizon or lifetime a `[redis]` table may set: an hour.
+const MAX_LEASE_MS: i64 = 3_600_000;
+
+/// A `[redis]` lease duration: 1 ms to an hour.
+fn lease_ms(cx: &mut Ctx<'_>, ms: &S<i64>, field: &str) -> Option<Duration> {
+    match u64::try_from(*ms.get_ref()) {
+        Ok(n) if n > 0 && *ms.get_ref() <= MAX_LEASE_MS => Some(Duration::from_millis(n)),
+        _ => {
+            let msg = format!("{field} must be 1 to {MAX_LEASE_MS} milliseconds");
+            cx.err(Code::BadValue, ms, msg);
+            None
+        }
+    }
 }
 
 fn rule(cx: &mut Ctx<'_>, r: &RawRule, d: &Defaults, line: usize) -> Option<RuleDef> {

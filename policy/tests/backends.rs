@@ -2,7 +2,8 @@
 //! deny; striped keyless rules; IPv6 keys grouped by /64.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sluicegate::{AnyLimiter, Outcome, Spec};
 use sluicegate_policy::{
@@ -165,4 +166,64 @@ fn striped_hot_rule_and_ipv6_grouping() {
         .map(|h| h.join().unwrap())
         .sum();
     assert_eq!(admitted, 8 - 3);
+}
+
+/// Builds in-process "remote" limiters and records the `[redis]` table of each.
+struct Recording(Arc<Mutex<Vec<RedisSettings>>>);
+
+impl RemoteFactory for Recording {
+    fn build(
+        &self,
+        rule: &RuleDef,
+        redis: &RedisSettings,
+    ) -> Result<Box<dyn RemoteLimiter>, BackendError> {
+        self.0.lock().unwrap().push(redis.clone());
+        let inner =
+            AnyLimiter::with_clock(rule.spec(), ()).map_err(|e| BackendError(e.to_string()))?;
+        Ok(Box::new(Flaky {
+            inner,
+            down: Arc::default(),
+        }))
+    }
+}
+
+#[test]
+fn a_changed_redis_table_rebuilds_the_redis_rules_and_only_them() {
+    let text = |horizon_ms: u64| {
+        format!(
+            "[redis]\nurl = \"redis://127.0.0.1:6379\"\nlease_horizon_ms = {horizon_ms}\n\
+             [[rule]]\nname = \"remote\"\nmatch = {{ path = \"/r\" }}\nlimit = \"2/minute\"\nbackend = \"hybrid\"\n\
+             [[rule]]\nname = \"local\"\nkey = [\"ip\"]\nlimit = \"1/minute\"\n"
+        )
+    };
+    let builds = Arc::new(Mutex::new(Vec::new()));
+    let p = Policy::builder()
+        .remote(Recording(builds.clone()))
+        .from_toml(&text(1000))
+        .unwrap();
+    let horizons = || -> Vec<Option<Duration>> {
+        builds
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.lease_horizon)
+            .collect()
+    };
+    assert_eq!(horizons(), [Some(Duration::from_secs(1))]);
+    // The local rule's key spends its one a minute.
+    assert!(p.check(&[("ip", "a")]).allowed());
+    // The same table: nothing rebuilt.
+    p.reload_from_toml(&text(1000)).unwrap();
+    assert_eq!(horizons().len(), 1);
+    // A new lease horizon: the hybrid rule is built again with it...
+    p.reload_from_toml(&text(2000)).unwrap();
+    assert_eq!(
+        horizons(),
+        [Some(Duration::from_secs(1)), Some(Duration::from_secs(2))]
+    );
+    // ...and the local rule kept its state and its counters.
+    assert!(!p.check(&[("ip", "a")]).allowed());
+    assert!(p.check(&[("ip", "b")]).allowed());
+    let local = &p.metrics_at(0)[1];
+    assert_eq!((local.allowed, local.denied), (2, 1));
 }

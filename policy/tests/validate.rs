@@ -90,6 +90,14 @@ fn redis_backend_without_redis_table() {
     assert!(PolicyDef::parse(ok, None).is_ok());
     let bad_url = "[redis]\nurl = \"http://x\"\n";
     assert_eq!(one(bad_url), (Code::Redis, 2, 7, None));
+    // Lease settings: 1 ms to an hour, pointed at the value.
+    let text = "[redis]\nurl = \"redis://h\"\nlease_horizon_ms = 0\n";
+    assert_eq!(one(text), (Code::BadValue, 3, 20, None));
+    assert!(errors(text)[0].message.contains("lease_horizon_ms"));
+    let text = "[redis]\nurl = \"redis://h\"\nlease_ttl_ms = 3600001\n";
+    assert_eq!(one(text), (Code::BadValue, 3, 16, None));
+    let ok = "[redis]\nurl = \"redis://h\"\nlease_horizon_ms = 1000\nlease_ttl_ms = 3600000\n";
+    assert!(PolicyDef::parse(ok, None).is_ok());
     // An algorithm with no Redis script.
     let text = "[redis]\nurl = \"redis://h\"\n[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nalgorithm = \"sliding_log\"\nbackend = \"redis\"\n";
     assert_eq!(one(text), (Code::Redis, 7, 11, rule("a")));

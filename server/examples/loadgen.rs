@@ -75,6 +75,10 @@ struct Args {
     /// The Redis server of `--backend redis|hybrid` (`redis://host:port`).
     #[arg(long)]
     redis: Option<String>,
+    /// `--backend hybrid`: the rule file's `[redis]` `lease_horizon_ms` and
+    /// `lease_ttl_ms` (default: the policy's, 100 and 250 ms).
+    #[arg(long)]
+    lease_ms: Option<u64>,
 }
 
 /// The in-process server's backend.
@@ -217,13 +221,16 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
         (Backend::Redis | Backend::Hybrid, Some(url)) => {
             // The YAML limit as a TOML rule: a fixed window per second per value.
             let toml = format!(
-                "[redis]\nurl = \"{url}\"\nprefix = \"loadgen-{}-{}:\"\n\n\
+                "[redis]\nurl = \"{url}\"\nprefix = \"loadgen-{}-{}:\"\n{}\n\
                  [[rule]]\nname = \"per-client\"\nkey = [\"client\"]\nlimit = \"{}/second\"\n\
                  algorithm = \"fixed_window\"\nbackend = \"{}\"\non_error = \"open\"\n",
                 std::process::id(),
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos()),
+                args.lease_ms.map_or_else(String::new, |ms| format!(
+                    "lease_horizon_ms = {ms}\nlease_ttl_ms = {ms}\n"
+                )),
                 args.limit,
                 if args.backend == Backend::Redis {
                     "redis"
