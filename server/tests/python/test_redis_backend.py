@@ -41,6 +41,26 @@ def redis_keys(pattern: str) -> list[str]:
                 return [lines[2 + 2 * i].decode() for i in range(count)]
 
 
+def redis_script_calls() -> int:
+    """EVALSHA and EVAL calls the Redis server has run (INFO commandstats)."""
+    port = int(_env("SLUICEGATE_REDIS_PORT"))
+    with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S) as s:
+        s.sendall(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
+        data = b""
+        while True:
+            data += s.recv(65536)
+            head, _, body = data.partition(b"\r\n")
+            if head.startswith(b"$") and len(body) >= int(head[1:]):
+                text = body[: int(head[1:])].decode()
+                break
+    calls = 0
+    for line in text.splitlines():
+        for cmd in ("evalsha", "eval"):
+            if line.startswith(f"cmdstat_{cmd}:"):
+                calls += int(line.split("calls=")[1].split(",")[0])
+    return calls
+
+
 def test_a_redis_rule_counts_once_for_two_servers(rls, rls_b):
     user = f"u-{uuid.uuid4().hex[:12]}"
     d = descriptor(("user", user))
@@ -55,9 +75,15 @@ def test_a_redis_rule_counts_once_for_two_servers(rls, rls_b):
 
 def test_a_hybrid_rule_answers_both_servers(rls, rls_b, metrics):
     d = descriptor(("path", "/hot"))
+    before = redis_script_calls()
     codes = [ask(srv, d, domain="shared").overall_code for _ in range(100) for srv in (rls, rls_b)]
     assert codes.count(OK) == len(codes)
-    assert redis_keys("rls:policy:hot:*"), "the hybrid rule leases from Redis"
+    # Each server leased from Redis (at least once: a front starts with nothing),
+    # and answered most checks from its leases. Counted on the server, not by
+    # its keys: a lease's key expires once the bucket would be full again, which
+    # can come before the last of 200 checks on a slow machine.
+    leases = redis_script_calls() - before
+    assert 2 <= leases < len(codes) // 2, f"{leases} script calls for {len(codes)} checks"
     prefix = "sluicegate_server_rule_backend_errors_total{"
     errors = [line for line in metrics().splitlines() if line.startswith(prefix)]
     assert errors and all(line.endswith(" 0") for line in errors), errors
