@@ -27,7 +27,6 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluicegate::{Decision, Outcome, Spec};
@@ -39,6 +38,7 @@ use sluicegate_redis::{
 use crate::backend::{BackendError, RemoteFactory, RemoteLimiter};
 use crate::def::{Backend, RedisSettings, RuleDef};
 use crate::policy::{Policy, PolicyBuilder};
+use crate::reload::Worker;
 
 /// Builds the limiter of every `redis` and `hybrid` rule: hand it to
 /// [`PolicyBuilder::remote`].
@@ -380,22 +380,19 @@ impl RedisSource {
             Err(SourceError::Missing { .. }) => None,
             Err(e) => return Err(e),
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut w = Watch {
-            source: self.clone(),
-            policy,
-            last: baseline,
-            stop: stop.clone(),
-            poll: poll.max(TICK),
-        };
-        let thread = std::thread::Builder::new()
-            .name("sluicegate-policy-redis".into())
-            .spawn(move || w.run())
-            .map_err(|e| SourceError::Redis(::redis::RedisError::from(std::io::Error::other(e))))?;
-        Ok(RedisWatcher {
-            stop,
-            thread: Some(thread),
+        let source = self.clone();
+        let worker = Worker::spawn("sluicegate-policy-redis", move |stop| {
+            Watch {
+                source,
+                policy,
+                last: baseline,
+                stop,
+                poll: poll.max(TICK),
+            }
+            .run();
         })
+        .map_err(|e| SourceError::Redis(::redis::RedisError::from(e)))?;
+        Ok(RedisWatcher { worker })
     }
 }
 
@@ -462,8 +459,7 @@ impl Watch {
 /// A running [`RedisSource::watch`]; stops (and joins its thread, within about
 /// 100 ms) when dropped.
 pub struct RedisWatcher {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker,
 }
 
 impl fmt::Debug for RedisWatcher {
@@ -484,20 +480,6 @@ impl RedisWatcher {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for RedisWatcher {
-    fn drop(&mut self) {
-        self.halt();
+        self.worker.halt();
     }
 }

@@ -266,8 +266,48 @@ impl Policy {
 /// # Ok::<(), sluicegate_policy::Error>(())
 /// ```
 pub struct Watcher {
+    worker: Worker,
+}
+
+/// A polling thread and its stop flag: stopped (flag set, thread woken and
+/// joined) by [`Worker::halt`] or when dropped. The file and Redis watchers'
+/// threads.
+pub(crate) struct Worker {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Runs `body` on a thread named `name`, with the flag it must poll.
+    pub(crate) fn spawn(
+        name: &str,
+        body: impl FnOnce(Arc<AtomicBool>) + Send + 'static,
+    ) -> std::io::Result<Worker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || body(flag))?;
+        Ok(Worker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Sets the flag, wakes the thread from its park and waits for it to end.
+    pub(crate) fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.halt();
+    }
 }
 
 impl Watcher {
@@ -289,27 +329,20 @@ impl Watcher {
         interval: Duration,
     ) -> std::io::Result<Watcher> {
         let path: PathBuf = path.as_ref().to_owned();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
         // Read now, not on the thread: a write right after spawn returns must be
         // seen as a change.
         let mut last = std::fs::read(&path).ok();
-        let thread = std::thread::Builder::new()
-            .name("sluicegate-policy-watch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Acquire) {
-                    std::thread::park_timeout(interval);
-                    let now = std::fs::read(&path).ok();
-                    if now.is_some() && now != last {
-                        let _ = policy.reload_from_path(&path);
-                        last = now;
-                    }
+        let worker = Worker::spawn("sluicegate-policy-watch", move |stop| {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::park_timeout(interval);
+                let now = std::fs::read(&path).ok();
+                if now.is_some() && now != last {
+                    let _ = policy.reload_from_path(&path);
+                    last = now;
                 }
-            })?;
-        Ok(Watcher {
-            stop,
-            thread: Some(thread),
-        })
+            }
+        })?;
+        Ok(Watcher { worker })
     }
 
     /// Stops watching and waits for the thread to end.
@@ -322,20 +355,6 @@ impl Watcher {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.halt();
+        self.worker.halt();
     }
 }
