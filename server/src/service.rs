@@ -163,8 +163,12 @@ impl RateLimiter {
         Ok(out)
     }
 
-    /// Answers one request (the gRPC method without the transport).
-    pub fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    /// Answers one request with `rules` (the gRPC method without the transport).
+    fn decide_with(
+        &self,
+        rules: &RuleSet,
+        req: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
         if req.domain.is_empty() {
             return Err(self.invalid("empty_domain", "rate limit domain must not be empty".into()));
         }
@@ -186,7 +190,6 @@ impl RateLimiter {
             .iter()
             .map(|d| d.entries.as_slice())
             .collect();
-        let rules = self.shared.rules();
         let headers = self.shared.settings.response_headers;
         let skip: Vec<bool> = req.descriptors.iter().map(|d| d.limit.is_some()).collect();
         let mut outcomes =
@@ -311,12 +314,14 @@ impl RateLimitService for RateLimiter {
         // A Redis rule's check blocks this thread for a round trip: on a
         // multi-threaded runtime, hand this worker's other tasks to another
         // thread meanwhile, so that one slow check does not stall the rest.
-        let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
-            == tokio::runtime::RuntimeFlavor::MultiThread;
-        let answer = if multi_thread && self.shared.rules().may_block(&req.domain) {
-            tokio::task::block_in_place(|| self.decide(req))
+        let rules = self.shared.rules();
+        let answer = if rules.may_block(&req.domain)
+            && tokio::runtime::Handle::current().runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            tokio::task::block_in_place(|| self.decide_with(&rules, req))
         } else {
-            self.decide(req)
+            self.decide_with(&rules, req)
         };
         self.shared.metrics.observe_latency(start.elapsed());
         if let Err(status) = &answer {

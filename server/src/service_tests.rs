@@ -9,6 +9,13 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 mod common_request;
 use common_request::request as req;
 
+impl RateLimiter {
+    /// One request against the rules in force, as the gRPC method decides it.
+    fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        self.decide_with(&self.shared.rules(), req)
+    }
+}
+
 fn service(headers: bool) -> RateLimiter {
     let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3, name: \"per \\\"k\\\"\"}\n  - key: free\n    rate_limit: {unlimited: true}\n";
     let d = Domain::from_yaml("s.yaml", yaml).unwrap();
