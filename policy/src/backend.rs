@@ -70,6 +70,13 @@ pub trait RemoteLimiter: Send + Sync {
     /// New quotas on reload, state kept; an error makes the policy build the rule
     /// anew with [`RemoteFactory::build`].
     fn set_spec(&self, spec: &Spec) -> Result<(), BackendError>;
+    /// Whether a check of `n` units for `key` would be answered now without
+    /// waiting for the backend (e.g. from a hybrid rule's lease), spending
+    /// nothing. The default, `false`, suits a limiter that asks its backend every
+    /// time. See [`crate::Policy::may_wait_n`].
+    fn answers_locally(&self, _key: &str, _n: u64) -> bool {
+        false
+    }
 }
 
 /// Builds the limiters of `redis` and `hybrid` rules from the rule and the
@@ -226,6 +233,20 @@ impl Limiter {
                 }
             },
         }
+    }
+
+    /// Whether a check of `n` units may wait for a shared backend (see
+    /// [`RemoteLimiter::answers_locally`]); local limiters never wait.
+    pub(crate) fn may_wait(&self, text_key: impl FnOnce() -> String, n: u64) -> bool {
+        match self {
+            Limiter::Remote { remote, .. } => !remote.answers_locally(&text_key(), n),
+            _ => false,
+        }
+    }
+
+    /// Whether the rule's state lives on a shared backend.
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self, Limiter::Remote { .. })
     }
 
     /// Whether every admission of this limiter comes with a receipt that gives it

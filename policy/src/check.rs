@@ -138,6 +138,53 @@ pub(crate) fn decide<L: Lookup + ?Sized>(
     });
 }
 
+/// Whether [`decide`] may wait for a shared backend. It answers `false` only
+/// when no step of the check can: every matching rule on a shared backend
+/// answers `n` units from this process now, and no such rule is ever peeked — the
+/// only rule it can be peeked by is another enforcing rule (a denial peeks the
+/// rules it did not reach; several deferred rules peek all but the last), so a
+/// remote rule must be the one enforcing rule that matches.
+pub(crate) fn may_wait<L: Lookup + ?Sized>(snap: &Compiled, lookup: &L, n: u64) -> bool {
+    let cx = Ctx {
+        lookup,
+        names: &snap.names,
+        v6: snap.def.ipv6_prefix,
+        n,
+        now: 0,
+    };
+    let mut mask = Mask::default();
+    let indexed = snap.index.candidates(lookup, &snap.names, &mut mask);
+    let candidates: &mut dyn Iterator<Item = usize> = if indexed {
+        &mut bits(&mask)
+    } else {
+        &mut (0..snap.rules.len())
+    };
+    let (mut enforcing, mut remote_enforcing) = (0, 0);
+    for i in candidates {
+        let rule = &snap.rules[i];
+        if !cx.matches(rule) {
+            continue;
+        }
+        let remote = rule.limiter.is_remote();
+        if remote {
+            let key = KeyRef {
+                lookup,
+                names: &snap.names,
+                idx: &rule.key,
+                ipv6_prefix: cx.v6,
+            };
+            if rule.limiter.may_wait(|| key.text(), n) {
+                return true;
+            }
+        }
+        if rule.enforce {
+            enforcing += 1;
+            remote_enforcing += usize::from(remote);
+        }
+    }
+    remote_enforcing > 0 && enforcing > 1
+}
+
 fn decide_with<L: Lookup + ?Sized>(
     snap: Arc<Compiled>,
     lookup: &L,

@@ -337,6 +337,25 @@ impl Policy {
         d
     }
 
+    /// Whether a check of `n` units for `attrs` may wait for a shared backend (a
+    /// Redis round trip). `false` means the check answers from this process:
+    /// every matching `redis`/`hybrid` rule can answer from what it holds (a
+    /// hybrid rule's lease or cached denial) and is the only enforcing rule that
+    /// matches. An async server asks this first and decides on its own thread
+    /// when it is `false`, or hands the check to a thread that may block. The
+    /// answer is a forecast: another thread may spend a lease in between, so a
+    /// check after `false` waits now and then.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// assert!(!p.may_wait_n(&[("k", "v")], 1)); // local rules never wait
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn may_wait_n<A: Attrs + ?Sized>(&self, attrs: &A, n: u64) -> bool {
+        crate::check::may_wait(&self.current.load(), &Direct(attrs), n)
+    }
+
     /// [`Self::check_n_at`] into a decision the caller reuses: no allocation once
     /// its buffer holds as many rules as match.
     ///

@@ -190,6 +190,12 @@ impl RemoteLimiter for Remote {
             "a Redis rule's limit cannot change in place: the rule is rebuilt".into(),
         ))
     }
+
+    fn answers_locally(&self, key: &str, n: u64) -> bool {
+        self.hybrid
+            .as_ref()
+            .is_some_and(|h| h.answers_locally(key, n))
+    }
 }
 
 /// Why the Redis source failed.

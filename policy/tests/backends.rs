@@ -227,3 +227,108 @@ fn a_changed_redis_table_rebuilds_the_redis_rules_and_only_them() {
     let local = &p.metrics_at(0)[1];
     assert_eq!((local.allowed, local.denied), (2, 1));
 }
+
+/// A "remote" limiter in this process whose forecast is set by the test; it
+/// records the keys it is asked about and counts its peeks (a peek of a shared
+/// backend is a round trip).
+struct Forecast {
+    inner: AnyLimiter<()>,
+    ready: Arc<AtomicBool>,
+    peeks: Arc<Mutex<Vec<String>>>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl RemoteLimiter for Forecast {
+    fn check_n(&self, key: &str, n: u64, consume: bool) -> Result<Outcome, BackendError> {
+        if !consume {
+            self.peeks.lock().unwrap().push(key.to_owned());
+            return self
+                .inner
+                .peek_n_at(n, 0)
+                .map_err(|e| BackendError(e.to_string()));
+        }
+        self.inner
+            .check_n_at(n, 0)
+            .map_err(|e| BackendError(e.to_string()))
+    }
+    fn set_spec(&self, _spec: &Spec) -> Result<(), BackendError> {
+        Err(BackendError("rebuild".into()))
+    }
+    fn answers_locally(&self, key: &str, _n: u64) -> bool {
+        self.asked.lock().unwrap().push(key.to_owned());
+        self.ready.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone, Default)]
+struct ForecastFactory {
+    ready: Arc<AtomicBool>,
+    peeks: Arc<Mutex<Vec<String>>>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl RemoteFactory for ForecastFactory {
+    fn build(
+        &self,
+        rule: &RuleDef,
+        _redis: &RedisSettings,
+    ) -> Result<Box<dyn RemoteLimiter>, BackendError> {
+        Ok(Box::new(Forecast {
+            inner: AnyLimiter::with_clock(rule.spec(), ())
+                .map_err(|e| BackendError(e.to_string()))?,
+            ready: self.ready.clone(),
+            peeks: self.peeks.clone(),
+            asked: self.asked.clone(),
+        }))
+    }
+}
+
+#[test]
+fn may_wait_forecasts_every_round_trip_of_a_check() {
+    let f = ForecastFactory::default();
+    let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\
+        [[rule]]\nname = \"per-user\"\nmatch = { path = \"/api\" }\nkey = [\"user\"]\nlimit = \"3/hour\"\nbackend = \"hybrid\"\n\
+        [[rule]]\nname = \"per-ip\"\nmatch = { path = \"/login\" }\nkey = [\"ip\"]\nlimit = \"1/hour\"\n\
+        [[rule]]\nname = \"watch\"\nmatch = { path = \"/login\" }\nkey = [\"user\"]\nlimit = \"1/hour\"\nbackend = \"hybrid\"\nmode = \"shadow\"\n\
+        [[rule]]\nname = \"both\"\nmatch = { path = \"/both\" }\nkey = [\"user\"]\nlimit = \"5/hour\"\nbackend = \"hybrid\"\n\
+        [[rule]]\nname = \"both-ip\"\nmatch = { path = \"/both\" }\nkey = [\"ip\"]\nlimit = \"1/hour\"\n";
+    let p = Policy::builder().remote(f.clone()).from_toml(text).unwrap();
+    let api = [("path", "/api"), ("user", "ann"), ("ip", "192.0.2.1")];
+    let login = [("path", "/login"), ("user", "bob"), ("ip", "192.0.2.2")];
+    let both = [("path", "/both"), ("user", "cy"), ("ip", "192.0.2.3")];
+    let local_only = [("path", "/other"), ("user", "dee")];
+
+    // No rule on a shared backend matches: never waits, asks no one.
+    f.ready.store(false, Ordering::SeqCst);
+    assert!(!p.may_wait_n(&local_only, 1));
+    assert!(f.asked.lock().unwrap().is_empty());
+    // The one enforcing rule is remote: waits unless it answers locally, and it
+    // is asked with the key its check gets.
+    assert!(p.may_wait_n(&api, 1));
+    f.ready.store(true, Ordering::SeqCst);
+    assert!(!p.may_wait_n(&api, 1));
+    assert_eq!(*f.asked.lock().unwrap(), ["ann", "ann"]);
+    // A remote shadow rule beside a local enforcing one: a denial by the local
+    // rule peeks enforcing rules only, so nothing waits when the shadow rule
+    // answers locally.
+    assert!(!p.may_wait_n(&login, 1));
+    assert!(p.check_n_at(&login, 1, 0).allowed());
+    assert!(!p.check_n_at(&login, 1, 0).allowed());
+    assert!(
+        f.peeks.lock().unwrap().is_empty(),
+        "no peek of a shadow rule"
+    );
+    f.ready.store(false, Ordering::SeqCst);
+    assert!(p.may_wait_n(&login, 1), "the shadow rule's own check waits");
+    // A remote enforcing rule beside a local enforcing one always may wait: when
+    // the local rule denies, the remote one is peeked for the headers.
+    f.ready.store(true, Ordering::SeqCst);
+    assert!(p.may_wait_n(&both, 1));
+    assert!(p.check_n_at(&both, 1, 0).allowed());
+    assert!(!p.check_n_at(&both, 1, 0).allowed());
+    assert_eq!(
+        *f.peeks.lock().unwrap(),
+        ["cy"],
+        "the denial peeked the remote rule"
+    );
+}

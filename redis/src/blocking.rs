@@ -352,6 +352,20 @@ impl HybridLimiter {
         })
     }
 
+    /// See [`crate::HybridLimiter::answers_locally`]: whether [`Self::check_n`]
+    /// would answer `n` units for `key` without a round trip now.
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert!(!h.answers_locally("k", 1));
+    /// ```
+    pub fn answers_locally(&self, key: &str, n: u64) -> bool {
+        self.inner.answers_locally(key, n)
+    }
+
     /// See [`crate::HybridLimiter::check_n`].
     ///
     /// ```no_run

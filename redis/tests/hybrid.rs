@@ -112,6 +112,69 @@ async fn the_global_quota_is_never_exceeded_by_a_fleet() {
     );
 }
 
+/// `answers_locally` forecasts the next check on one thread: `false` before
+/// each check that made a round trip, `true` before (nearly) every check served
+/// by the lease or the cached denial; it spends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_locally_forecasts_whether_a_check_waits() {
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(2000).burst(1000)).unwrap();
+    let rl = RedisLimiter::new(
+        common::standalone(),
+        &common::fresh("forecast"),
+        limit,
+        cfg(),
+    )
+    .unwrap();
+    let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    assert!(!h.answers_locally("k", 1), "no lease yet");
+    assert!(!h.answers_locally("k", 0), "n = 0 peeks at Redis");
+    assert!(
+        h.answers_locally("k", 1001),
+        "above the capacity: an error at once"
+    );
+    let mut tick = tokio::time::interval(Duration::from_millis(2));
+    let (mut local, mut wrong) = (0, 0);
+    for _ in 0..500 {
+        tick.tick().await;
+        let forecast = h.answers_locally("k", 1);
+        let trips = h.stats().round_trips;
+        assert_eq!(
+            h.answers_locally("k", 1),
+            forecast,
+            "a forecast spends nothing"
+        );
+        assert!(h.check("k").await.unwrap().decision.allowed);
+        let waited = h.stats().round_trips > trips;
+        if forecast {
+            local += 1;
+            // A lease can expire between the forecast and the check.
+            wrong += u32::from(waited);
+        } else {
+            assert!(waited, "a check forecast to wait made no round trip");
+        }
+    }
+    assert!(local >= 450, "only {local} of 500 forecast local");
+    assert!(
+        wrong <= 5,
+        "{wrong} checks forecast local made a round trip"
+    );
+    // A cached denial answers locally too.
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_hour(2)).unwrap();
+    let rl = RedisLimiter::new(
+        common::standalone(),
+        &common::fresh("forecast-deny"),
+        limit,
+        cfg(),
+    )
+    .unwrap();
+    let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    for _ in 0..3 {
+        h.check("k").await.unwrap();
+    }
+    assert!(!h.check("k").await.unwrap().decision.allowed);
+    assert!(h.answers_locally("k", 1), "the denial is cached");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_is_cached_locally_until_retry_after() {
     let limit = Limit::new(Algorithm::TokenBucket, Quota::per_hour(5)).unwrap();

@@ -187,10 +187,20 @@ impl RuleSet {
         self.domains.len()
     }
 
-    /// Whether a decision in `domain` may wait for a Redis round trip (a TOML
-    /// domain with a `redis` or `hybrid` rule).
-    pub(crate) fn may_block(&self, domain: &str) -> bool {
-        matches!(self.domains.get(domain), Some(DomainRules::Toml(t)) if t.is_remote())
+    /// Whether deciding these descriptors (entries, hits) in `domain` may wait
+    /// for a Redis round trip: a TOML domain with a `redis` or `hybrid` rule that
+    /// cannot answer one of them from this process ([`TomlDomain::may_wait`]).
+    pub(crate) fn may_wait<'e>(
+        &self,
+        domain: &str,
+        mut descriptors: impl Iterator<Item = (&'e [Entry], u64)>,
+    ) -> bool {
+        match self.domains.get(domain) {
+            Some(DomainRules::Toml(t)) if t.is_remote() => {
+                descriptors.any(|(entries, n)| t.may_wait(entries, n))
+            }
+            _ => false,
+        }
     }
 
     /// Decides every descriptor of one request at `now_ns` (Unix nanoseconds), with

@@ -347,3 +347,34 @@ fn detailed_metrics_name_the_domain_even_with_dots() {
     }
     assert!(out.contains("rule=\"edge.example.ip\",shadow=\"false\",value=\"edge.example.ip_10.0.0.1\",result=\"allowed\"} 1"), "{out}");
 }
+
+#[test]
+fn only_descriptors_of_remote_rules_without_a_lease_may_wait() {
+    // A hybrid rule on a closed port holds no lease: its descriptors may wait;
+    // the local rule's, the YAML domain's and unknown domains' never do.
+    let toml = "[redis]\nurl = \"redis://127.0.0.1:1\"\n\
+        [[rule]]\nname = \"shared\"\nmatch = { path = \"/shared\" }\nkey = [\"user\"]\nlimit = \"5/minute\"\nbackend = \"hybrid\"\n\
+        [[rule]]\nname = \"mine\"\nmatch = { path = \"/mine\" }\nkey = [\"user\"]\nlimit = \"5/minute\"\n";
+    let yaml = "domain: y\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    let d = Domain::from_yaml("y.yaml", yaml).unwrap();
+    let src = vec![
+        (
+            "api.toml".into(),
+            Source::Toml {
+                domain: "api".into(),
+                text: toml.into(),
+            },
+        ),
+        ("y.yaml".into(), Source::Yaml(d)),
+    ];
+    let rs = RuleSet::build(src, None, SETTINGS).unwrap();
+    let shared = [e("path", "/shared"), e("user", "ann")];
+    let mine = [e("path", "/mine"), e("user", "ann")];
+    let k = [e("k", "v")];
+    let wait = |domain: &str, ds: &[(&[Entry], u64)]| rs.may_wait(domain, ds.iter().copied());
+    assert!(wait("api", &[(&shared, 1)]));
+    assert!(wait("api", &[(&mine, 1), (&shared, 1)]));
+    assert!(!wait("api", &[(&mine, 1), (&mine, 3)]));
+    assert!(!wait("y", &[(&k, 1)]));
+    assert!(!wait("nowhere", &[(&shared, 1)]));
+}

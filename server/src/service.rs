@@ -163,12 +163,8 @@ impl RateLimiter {
         Ok(out)
     }
 
-    /// Answers one request with `rules` (the gRPC method without the transport).
-    fn decide_with(
-        &self,
-        rules: &RuleSet,
-        req: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, Status> {
+    /// Refuses a malformed request; else the hits of each descriptor.
+    fn validate(&self, req: &RateLimitRequest) -> Result<Vec<u64>, Status> {
         if req.domain.is_empty() {
             return Err(self.invalid("empty_domain", "rate limit domain must not be empty".into()));
         }
@@ -183,7 +179,31 @@ impl RateLimiter {
             let message = format!("{descriptors} descriptors; at most {MAX_DESCRIPTORS}");
             return Err(self.invalid("too_many_descriptors", message));
         }
-        let hits = self.hits(req)?;
+        self.hits(req)
+    }
+
+    /// Whether answering `req` may wait for a Redis round trip: a TOML domain
+    /// whose matching `redis`/`hybrid` rules cannot all answer from this process
+    /// (a hybrid rule's lease). Descriptors with their own limit are decided by
+    /// the override, in memory.
+    fn may_wait(rules: &RuleSet, req: &RateLimitRequest, hits: &[u64]) -> bool {
+        rules.may_wait(
+            &req.domain,
+            req.descriptors
+                .iter()
+                .zip(hits)
+                .filter(|(d, _)| d.limit.is_none())
+                .map(|(d, &n)| (d.entries.as_slice(), n)),
+        )
+    }
+
+    /// Answers a valid request with `rules`; `hits` from [`Self::validate`].
+    fn answer(
+        &self,
+        rules: &RuleSet,
+        req: &RateLimitRequest,
+        hits: &[u64],
+    ) -> Result<RateLimitResponse, Status> {
         let now_ns = unix_now_ns();
         let entries: Vec<&[Entry]> = req
             .descriptors
@@ -192,8 +212,7 @@ impl RateLimiter {
             .collect();
         let headers = self.shared.settings.response_headers;
         let skip: Vec<bool> = req.descriptors.iter().map(|d| d.limit.is_some()).collect();
-        let mut outcomes =
-            rules.decide_except(&req.domain, &entries, &hits, now_ns, headers, &skip);
+        let mut outcomes = rules.decide_except(&req.domain, &entries, hits, now_ns, headers, &skip);
         for (i, d) in req.descriptors.iter().enumerate() {
             let (Some(l), Some(slot)) = (&d.limit, outcomes.as_mut().and_then(|o| o.get_mut(i)))
             else {
@@ -311,18 +330,21 @@ impl RateLimitService for RateLimiter {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = Instant::now();
         let req = request.get_ref();
-        // A Redis rule's check blocks this thread for a round trip: on a
-        // multi-threaded runtime, hand this worker's other tasks to another
-        // thread meanwhile, so that one slow check does not stall the rest.
         let rules = self.shared.rules();
-        let answer = if rules.may_block(&req.domain)
-            && tokio::runtime::Handle::current().runtime_flavor()
-                == tokio::runtime::RuntimeFlavor::MultiThread
-        {
-            tokio::task::block_in_place(|| self.decide_with(&rules, req))
-        } else {
-            self.decide_with(&rules, req)
-        };
+        let answer = self.validate(req).and_then(|hits| {
+            // A Redis rule's check blocks this thread for a round trip: on a
+            // multi-threaded runtime, hand this worker's other tasks to another
+            // thread meanwhile, so that one slow check does not stall the rest.
+            // A check that hybrid leases answer stays on this thread.
+            if Self::may_wait(&rules, req, &hits)
+                && tokio::runtime::Handle::current().runtime_flavor()
+                    == tokio::runtime::RuntimeFlavor::MultiThread
+            {
+                tokio::task::block_in_place(|| self.answer(&rules, req, &hits))
+            } else {
+                self.answer(&rules, req, &hits)
+            }
+        });
         self.shared.metrics.observe_latency(start.elapsed());
         if let Err(status) = &answer {
             tracing::debug!(domain = %request.get_ref().domain, error = %status.message(), "refused a malformed request");

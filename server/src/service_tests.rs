@@ -12,7 +12,8 @@ use common_request::request as req;
 impl RateLimiter {
     /// One request against the rules in force, as the gRPC method decides it.
     fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        self.decide_with(&self.shared.rules(), req)
+        let hits = self.validate(req)?;
+        self.answer(&self.shared.rules(), req, &hits)
     }
 }
 

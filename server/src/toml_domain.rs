@@ -114,6 +114,13 @@ impl TomlDomain {
         self.remote
     }
 
+    /// Whether deciding one descriptor of `hits` may wait for a Redis round trip:
+    /// some matching rule is on `redis`, or on `hybrid` without units leased
+    /// ([`Policy::may_wait_n`]).
+    pub fn may_wait(&self, entries: &[Entry], hits: u64) -> bool {
+        self.remote && self.policy.may_wait_n(&EntryAttrs(entries), hits)
+    }
+
     /// Decides one descriptor.
     pub fn decide(
         &self,

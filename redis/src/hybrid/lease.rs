@@ -160,6 +160,16 @@ impl HybridLimiter {
         }
     }
 
+    /// Whether [`Self::local`] would answer `n` units now (units left in an
+    /// unexpired lease, or a pending denial), spending nothing.
+    pub(super) fn local_ready(&self, e: &Entry, n: u64) -> bool {
+        let now = self.inner.now();
+        let left = e.lease.load(Ordering::Acquire) & UNITS;
+        (left >= n && now < e.expires.load(Ordering::Acquire))
+            || (now < e.deny_until.load(Ordering::Acquire)
+                && n >= e.deny_cost.load(Ordering::Relaxed))
+    }
+
     /// The round trip: one lease of a batch (the caller holds the key's flight).
     pub(super) async fn lease(&self, e: &Entry, key: &str, n: u64) -> Result<Verdict, Error> {
         let inner = &*self.inner;

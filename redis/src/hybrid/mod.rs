@@ -111,7 +111,7 @@ use core::time::Duration;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluicegate::InsufficientCapacity;
+use sluicegate::{Decision, InsufficientCapacity};
 
 use crate::error::{ConfigError, Error};
 use crate::limiter::RedisLimiter;
@@ -418,23 +418,64 @@ impl HybridLimiter {
             Some((None, offset)) => offset,
             None => 0,
         };
-        // The front limiter only ever sees admitted units (it is charged on
-        // admission), so it denies exactly when this process alone has used the
-        // whole quota: a denial Redis would give, without asking. A window's front
-        // runs on Redis time, known after the key's first lease.
-        if inner.window_ns == 0 || offset != 0 {
-            let at = inner.now().saturating_add(offset);
-            let front = inner.front.peek(key, n, at).map_err(Error::Capacity)?;
-            if !front.allowed {
-                inner.counters.local();
-                return Ok(Some(Verdict {
-                    decision: front,
-                    source: Source::LocalDenial,
-                    delay_ns: 0,
-                }));
-            }
+        let Some(front) = self.front_denial(key, n, offset)? else {
+            return Ok(None);
+        };
+        inner.counters.local();
+        Ok(Some(Verdict {
+            decision: front,
+            source: Source::LocalDenial,
+            delay_ns: 0,
+        }))
+    }
+
+    /// The front limiter's denial of `n` units for `key`, if it denies. It only
+    /// ever sees admitted units (it is charged on admission), so it denies exactly
+    /// when this process alone has used the whole quota: a denial Redis would
+    /// give, without asking. A window's front runs on Redis time (local time +
+    /// `offset`), known after the key's first lease.
+    fn front_denial(&self, key: &str, n: u64, offset: u64) -> Result<Option<Decision>, Error> {
+        let inner = &*self.inner;
+        if inner.window_ns != 0 && offset == 0 {
+            return Ok(None);
         }
-        Ok(None)
+        let at = inner.now().saturating_add(offset);
+        let front = inner.front.peek(key, n, at).map_err(Error::Capacity)?;
+        Ok((!front.allowed).then_some(front))
+    }
+
+    /// Whether [`Self::check_local`] would answer `n` units for `key` now, spending
+    /// nothing: units left in the key's lease, a cached or front denial, or a cost
+    /// above the capacity (an error, answered at once). A caller that must not
+    /// wait for Redis (an async server's worker thread) asks this first and hands
+    /// the check to a thread that may block when it says `false`. Another thread
+    /// can spend the lease in between, so a check after `true` waits for a round
+    /// trip on rare occasions.
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// let limit = Limit::parse("token_bucket", "100/s").unwrap();
+    /// let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert!(!h.answers_locally("k", 1)); // no lease yet
+    /// assert!(h.answers_locally("k", 101)); // above the capacity: an error at once
+    /// ```
+    pub fn answers_locally(&self, key: &str, n: u64) -> bool {
+        let inner = &*self.inner;
+        if n == 0 {
+            return false;
+        }
+        if n > inner.remote.limit().capacity() {
+            return true;
+        }
+        let offset = match inner.keys.with(key, |e| {
+            (self.local_ready(e, n), e.offset.load(Ordering::Acquire))
+        }) {
+            Some((true, _)) => return true,
+            Some((false, offset)) => offset,
+            None => 0,
+        };
+        matches!(self.front_denial(key, n, offset), Ok(Some(_)))
     }
 
     /// Checks and charges `n` units for `key`; see the [module docs](self). The
