@@ -109,14 +109,17 @@ pub struct RedisSettings {
     pub url: String,
     /// Prefix of every Redis key of this policy (default `sluicegate:`).
     pub prefix: String,
-    /// `hybrid` rules: how long a lease is sized to last at a key's own rate
-    /// (`lease_horizon_ms`; `None`: the factory's, 100 ms by default). Longer
-    /// leases answer more checks locally for keys seen a few times a second; a
-    /// window's lease still ends with its window.
+    /// `hybrid` rules on token and leaky buckets: how long a lease is sized to
+    /// last at a key's own rate (`lease_horizon_ms`; `None`: the factory's, 100 ms
+    /// by default). Longer leases answer more checks locally for keys seen a few
+    /// times a second.
     pub lease_horizon: Option<Duration>,
     /// `hybrid` rules: leased units not spent within this long are dropped
     /// (`lease_ttl_ms`; `None`: the factory's, 250 ms by default). It is the `L`
-    /// of the token bucket's over-admission bound `b + r·(Δ + L)` per process.
+    /// of the token bucket's over-admission bound `b + r·(Δ + L)` per process. A
+    /// window's lease ends with its window if that is sooner, and is sized to
+    /// last until it ends: set it to the window's length for windows with many
+    /// keys, each seen a few times a window.
     pub lease_ttl: Option<Duration>,
 }
 

@@ -200,6 +200,43 @@ async fn a_denial_is_cached_locally_until_retry_after() {
     );
 }
 
+/// A key seen a few times a second under a window: its lease lasts to the
+/// lease's expiry (the window's end here, the TTL being the window), not just
+/// the horizon, so about one round trip a window serves it.
+async fn window_slow_key(alg: Algorithm) {
+    let limit = Limit::new(alg, Quota::per_second(1000)).unwrap();
+    let hc = HybridConfig {
+        horizon: Duration::from_millis(100),
+        lease_ttl: Duration::from_secs(1),
+        ..HybridConfig::default()
+    };
+    let h = hybrid(&common::fresh("slow-key"), limit, hc);
+    // 20 checks a second for 2 s: leases of the horizon's 2 units would make
+    // every other check a round trip.
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    for _ in 0..40 {
+        tick.tick().await;
+        assert!(h.check("k").await.unwrap().decision.allowed);
+    }
+    let s = h.stats();
+    eprintln!(
+        "{alg:?} 20/s: {:.1}% local ({s:?})",
+        100.0 * s.local_share()
+    );
+    assert!(
+        s.local_share() >= 0.75,
+        "{alg:?}: only {:.1}% local ({s:?})",
+        100.0 * s.local_share()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_key_leases_until_its_window_ends() {
+    for alg in WINDOWS {
+        window_slow_key(alg).await;
+    }
+}
+
 /// Redis `TIME` in microseconds.
 async fn redis_us(c: &mut MultiplexedConnection) -> u64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query_async(c).await.unwrap();

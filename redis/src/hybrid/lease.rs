@@ -277,10 +277,14 @@ impl HybridLimiter {
         let mut horizon = nanos(inner.cfg.horizon);
         let offset = e.offset.load(Ordering::Relaxed);
         if inner.window_ns > 0 && offset != 0 {
-            // A window's units expire at its end: lease what the local rate spends
-            // before then (Redis time estimated late: the time left, low).
+            // A window's units are charged to it whenever they are spent, so the
+            // only cost of a larger lease is units left unspent when it expires
+            // (at most `max_batch`): lease what the local rate spends before the
+            // lease expires, at the window's end or after the lease TTL (Redis
+            // time estimated late: the time left, low).
             let redis_now = now.saturating_add(offset);
-            horizon = horizon.min(inner.window_ns - redis_now % inner.window_ns);
+            let left = inner.window_ns - redis_now % inner.window_ns;
+            horizon = left.min(nanos(inner.cfg.lease_ttl));
         }
         let want = spent * horizon as u128 / elapsed;
         (want.min(max as u128) as u64).max(1)

@@ -51,8 +51,11 @@
 //!
 //! # Batch size
 //! Sized from the local rate: the units this process spent since its last lease,
-//! over the time since, times [`HybridConfig::horizon`] (for a window, at most the
-//! time left in the window), clamped to `1..=max_batch`. When Redis has less than
+//! over the time since, times [`HybridConfig::horizon`] for the buckets; for a
+//! window, times the time until the lease expires (the window's end, or
+//! [`HybridConfig::lease_ttl`] if sooner), since a window's units are charged to
+//! it whenever they are spent and a larger lease only risks units left unspent
+//! at expiry. Clamped to `1..=max_batch`. When Redis has less than
 //! two batches left the leases drop to single units, so the last units go to
 //! whichever process asks first, not to whichever leased last.
 //!
@@ -131,10 +134,14 @@ use lease::UNITS;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HybridConfig {
-    /// A lease is sized to last this long at the local rate.
+    /// A token or leaky bucket's lease is sized to last this long at the local
+    /// rate (a window's, until it expires: see [`Self::lease_ttl`]).
     pub horizon: Duration,
     /// Leased units not spent within this long are dropped (the `L` of the bound;
-    /// a window's units are dropped at the window's end, if that is sooner).
+    /// a window's units are dropped at the window's end, if that is sooner). A
+    /// window's lease is sized to last until it is dropped at the local rate: a
+    /// TTL of the window's length gives a key seen a few times a window about one
+    /// round trip per window.
     pub lease_ttl: Duration,
     /// The largest lease; `None`: a tenth of the burst or window limit (at least
     /// 1). At most `2^32 − 1`.
