@@ -23,15 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluicegate::Quota;
-use sluicegate_redis::{
-    Algorithm, Backend, BreakerConfig, Config, FailurePolicy, Limit, RedisLimiter, Source, Verdict,
-};
+use sluicegate_redis::{Algorithm, Backend, FailurePolicy, Limit, RedisLimiter, Source, Verdict};
 
-const TIMEOUT: Duration = Duration::from_millis(25);
-const CONNECT: Duration = Duration::from_millis(25);
-const COOLDOWN: Duration = Duration::from_millis(200);
-/// Scheduling slack on a loaded 2-core machine.
-const SLACK: Duration = Duration::from_millis(50);
+use common::fault::{cfg, CONNECT, COOLDOWN, SLACK, TIMEOUT};
 
 fn server_bin() -> String {
     std::env::var("SLUICEGATE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
@@ -219,16 +213,7 @@ fn admitted(s: &[Sample], dead: bool, by_redis: bool) -> usize {
 async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> String {
     // 100 per second, bursts of 20; the local share (50%) is 50/s, bursts of 10.
     let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100).burst(20)).unwrap();
-    let cfg = Config {
-        timeout: TIMEOUT,
-        connect_timeout: CONNECT,
-        breaker: BreakerConfig {
-            failure_threshold: 3,
-            cooldown: COOLDOWN,
-        },
-        policy,
-        ..Config::default()
-    };
+    let cfg = cfg(policy);
     let rl = RedisLimiter::new(cluster.backend(), name, limit, cfg).unwrap();
     // Key `dead` on the master to be killed, key `live` on another one.
     let victim = cluster.owner(cluster.slot(&rl.redis_key("dead")));

@@ -23,11 +23,7 @@ use sluicegate_redis::{
     RedisLimiter, Source, Verdict,
 };
 
-const TIMEOUT: Duration = Duration::from_millis(25);
-const CONNECT: Duration = Duration::from_millis(25);
-const COOLDOWN: Duration = Duration::from_millis(200);
-/// Scheduling slack on a loaded 2-core machine.
-const SLACK: Duration = Duration::from_millis(50);
+use common::fault::{cfg, CONNECT, COOLDOWN, SLACK, TIMEOUT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -78,16 +74,7 @@ async fn scenario(policy: FailurePolicy, fault: Fault) -> String {
     let mut server = Server::start();
     // 100 per second, bursts of 20; the local share (50%) is 50/s, bursts of 10.
     let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(100).burst(20)).unwrap();
-    let cfg = Config {
-        timeout: TIMEOUT,
-        connect_timeout: CONNECT,
-        breaker: BreakerConfig {
-            failure_threshold: 3,
-            cooldown: COOLDOWN,
-        },
-        policy,
-        ..Config::default()
-    };
+    let cfg = cfg(policy);
     let rl = RedisLimiter::new(Backend::from_url(&server.url()).unwrap(), "f", limit, cfg).unwrap();
 
     // Connected first (a cold connect on a loaded machine may take longer than

@@ -13,28 +13,11 @@ use std::time::{Duration, Instant};
 use common::Server;
 use redis::AsyncCommands;
 use sluicegate_redis::{
-    BreakerConfig, Config, Error, FailurePolicy, HybridConfig, HybridLimiter, Kind, Limit, Quota,
-    RedisLimiter, Source, Spec,
+    Config, Error, FailurePolicy, HybridConfig, HybridLimiter, Kind, Limit, Quota, RedisLimiter,
+    Source, Spec,
 };
 
-const TIMEOUT: Duration = Duration::from_millis(25);
-const CONNECT: Duration = Duration::from_millis(25);
-const COOLDOWN: Duration = Duration::from_millis(200);
-/// Scheduling slack on a loaded 2-core machine.
-const SLACK: Duration = Duration::from_millis(50);
-
-fn cfg(policy: FailurePolicy) -> Config {
-    Config {
-        timeout: TIMEOUT,
-        connect_timeout: CONNECT,
-        breaker: BreakerConfig {
-            failure_threshold: 3,
-            cooldown: COOLDOWN,
-        },
-        policy,
-        ..Config::default()
-    }
-}
+use common::fault::{cfg, CONNECT, COOLDOWN, SLACK, TIMEOUT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrongtype_key_fails_its_own_checks_and_never_opens_the_breaker() {

@@ -2,6 +2,8 @@
 //! servers of the tests' own for the fault tests.
 #![allow(dead_code)]
 
+pub mod fault;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
