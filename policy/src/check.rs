@@ -138,63 +138,15 @@ pub(crate) fn decide<L: Lookup + ?Sized>(
     });
 }
 
-/// Whether [`decide`] may wait for a shared backend. It answers `false` only
-/// when no step of the check can: every matching rule on a shared backend
-/// answers `n` units from this process now, and no such rule is ever peeked — the
-/// only rule it can be peeked by is another enforcing rule (a denial peeks the
-/// rules it did not reach; several deferred rules peek all but the last), so a
-/// remote rule must be the one enforcing rule that matches.
-pub(crate) fn may_wait<L: Lookup + ?Sized>(snap: &Compiled, lookup: &L, n: u64) -> bool {
-    let cx = Ctx {
-        lookup,
-        names: &snap.names,
-        v6: snap.def.ipv6_prefix,
-        n,
-        now: 0,
-    };
-    let mut mask = Mask::default();
-    let indexed = snap.index.candidates(lookup, &snap.names, &mut mask);
-    let candidates: &mut dyn Iterator<Item = usize> = if indexed {
-        &mut bits(&mask)
-    } else {
-        &mut (0..snap.rules.len())
-    };
-    let (mut enforcing, mut remote_enforcing) = (0, 0);
-    for i in candidates {
-        let rule = &snap.rules[i];
-        if !cx.matches(rule) {
-            continue;
-        }
-        let remote = rule.limiter.is_remote();
-        if remote {
-            let key = KeyRef {
-                lookup,
-                names: &snap.names,
-                idx: &rule.key,
-                ipv6_prefix: cx.v6,
-            };
-            if rule.limiter.may_wait(|| key.text(), n) {
-                return true;
-            }
-        }
-        if rule.enforce {
-            enforcing += 1;
-            remote_enforcing += usize::from(remote);
-        }
-    }
-    remote_enforcing > 0 && enforcing > 1
-}
-
-fn decide_with<L: Lookup + ?Sized>(
-    snap: Arc<Compiled>,
+/// Runs `f` with the request's context and the rules it may match, in file
+/// order: the index's candidates, else every rule.
+fn with_candidates<L: Lookup + ?Sized, R>(
+    snap: &Compiled,
     lookup: &L,
     n: u64,
     now: u64,
-    out: &mut Decision,
-    pending: &mut Pending,
-) {
-    out.items.clear();
-    pending.clear();
+    f: impl FnOnce(&Ctx<'_, L>, &mut dyn Iterator<Item = usize>) -> R,
+) -> R {
     let cx = Ctx {
         lookup,
         names: &snap.names,
@@ -209,84 +161,135 @@ fn decide_with<L: Lookup + ?Sized>(
     } else {
         &mut (0..snap.rules.len())
     };
-    // 1. In file order: shadow rules on their own; enforcing rules that can give
-    // back are charged until one denies; the others wait.
-    let mut denied = false;
-    let mut deferred = false;
-    for i in candidates {
-        let rule = &snap.rules[i];
-        if !cx.matches(rule) {
-            continue;
-        }
-        let idx = out.items.len();
-        out.items.push(Item {
-            rule: i as u32,
-            outcome: plain(Verdict::never(0)),
-            backend_error: false,
-            stage: Stage::Todo,
-        });
-        match rule.def.mode() {
-            Mode::Shadow => {
-                // Shadow charges stay: the slot is reused, not kept.
-                let (o, e) = cx.run(rule, true, pending.next());
-                let it = &mut out.items[idx];
-                (it.outcome, it.backend_error, it.stage) = (o, e, Stage::Checked);
-                bump(if o.decision.allowed {
-                    &rule.metrics.allowed
-                } else {
-                    &rule.metrics.shadow_denied
-                });
+    f(&cx, candidates)
+}
+
+/// Whether [`decide`] may wait for a shared backend. It answers `false` only
+/// when no step of the check can: every matching rule on a shared backend
+/// answers `n` units from this process now, and no such rule is ever peeked — the
+/// only rule it can be peeked by is another enforcing rule (a denial peeks the
+/// rules it did not reach; several deferred rules peek all but the last), so a
+/// remote rule must be the one enforcing rule that matches.
+pub(crate) fn may_wait<L: Lookup + ?Sized>(snap: &Compiled, lookup: &L, n: u64) -> bool {
+    with_candidates(snap, lookup, n, 0, |cx, candidates| {
+        let (mut enforcing, mut remote_enforcing) = (0, 0);
+        for i in candidates {
+            let rule = &snap.rules[i];
+            if !cx.matches(rule) {
+                continue;
             }
-            Mode::Enforce if denied => {}
-            Mode::Enforce if rule.refundable => {
-                denied = !cx.set(&snap, out, pending, idx, true);
+            let remote = rule.limiter.is_remote();
+            if remote {
+                let key = KeyRef {
+                    lookup,
+                    names: &snap.names,
+                    idx: &rule.key,
+                    ipv6_prefix: cx.v6,
+                };
+                if rule.limiter.may_wait(|| key.text(), n) {
+                    return true;
+                }
             }
-            Mode::Enforce => deferred = true,
-        }
-    }
-    // 2. The rules that cannot give back: peek all but the last, check the last,
-    // then charge the peeked ones.
-    let waiting = |it: &Item| it.stage == Stage::Todo && snap.rules[it.rule as usize].enforce;
-    if deferred && !denied {
-        let last = out.items.iter().rposition(waiting);
-        for i in 0..out.items.len() {
-            if !denied && Some(i) != last && waiting(&out.items[i]) {
-                denied = !cx.set(&snap, out, pending, i, false);
+            if rule.enforce {
+                enforcing += 1;
+                remote_enforcing += usize::from(remote);
             }
         }
-        if let Some(last) = last.filter(|_| !denied) {
-            denied = !cx.set(&snap, out, pending, last, true);
-        }
-        for i in 0..out.items.len() {
-            if !denied && out.items[i].stage == Stage::Peeked {
-                denied = !cx.set(&snap, out, pending, i, true);
-            }
-        }
-    }
-    // 3. A denial gives back every charge this request made, and peeks the
-    // enforcing rules it never reached (for their headers).
-    if denied {
-        for (rule, receipt) in pending.drain() {
-            snap.rules[*rule as usize].limiter.refund(receipt, now);
-        }
-        for i in 0..out.items.len() {
-            if waiting(&out.items[i]) {
-                cx.set(&snap, out, pending, i, false);
-            }
-        }
-    }
+        remote_enforcing > 0 && enforcing > 1
+    })
+}
+
+fn decide_with<L: Lookup + ?Sized>(
+    snap: Arc<Compiled>,
+    lookup: &L,
+    n: u64,
+    now: u64,
+    out: &mut Decision,
+    pending: &mut Pending,
+) {
+    out.items.clear();
     pending.clear();
-    for it in out.items.iter() {
-        let rule = &snap.rules[it.rule as usize];
-        if !rule.enforce {
-            continue;
+    let denied = with_candidates(&snap, lookup, n, now, |cx, candidates| {
+        // 1. In file order: shadow rules on their own; enforcing rules that can give
+        // back are charged until one denies; the others wait.
+        let mut denied = false;
+        let mut deferred = false;
+        for i in candidates {
+            let rule = &snap.rules[i];
+            if !cx.matches(rule) {
+                continue;
+            }
+            let idx = out.items.len();
+            out.items.push(Item {
+                rule: i as u32,
+                outcome: plain(Verdict::never(0)),
+                backend_error: false,
+                stage: Stage::Todo,
+            });
+            match rule.def.mode() {
+                Mode::Shadow => {
+                    // Shadow charges stay: the slot is reused, not kept.
+                    let (o, e) = cx.run(rule, true, pending.next());
+                    let it = &mut out.items[idx];
+                    (it.outcome, it.backend_error, it.stage) = (o, e, Stage::Checked);
+                    bump(if o.decision.allowed {
+                        &rule.metrics.allowed
+                    } else {
+                        &rule.metrics.shadow_denied
+                    });
+                }
+                Mode::Enforce if denied => {}
+                Mode::Enforce if rule.refundable => {
+                    denied = !cx.set(&snap, out, pending, idx, true);
+                }
+                Mode::Enforce => deferred = true,
+            }
         }
-        if !it.outcome.decision.allowed {
-            bump(&rule.metrics.denied);
-        } else if !denied {
-            bump(&rule.metrics.allowed);
+        // 2. The rules that cannot give back: peek all but the last, check the last,
+        // then charge the peeked ones.
+        let waiting = |it: &Item| it.stage == Stage::Todo && snap.rules[it.rule as usize].enforce;
+        if deferred && !denied {
+            let last = out.items.iter().rposition(waiting);
+            for i in 0..out.items.len() {
+                if !denied && Some(i) != last && waiting(&out.items[i]) {
+                    denied = !cx.set(&snap, out, pending, i, false);
+                }
+            }
+            if let Some(last) = last.filter(|_| !denied) {
+                denied = !cx.set(&snap, out, pending, last, true);
+            }
+            for i in 0..out.items.len() {
+                if !denied && out.items[i].stage == Stage::Peeked {
+                    denied = !cx.set(&snap, out, pending, i, true);
+                }
+            }
         }
-    }
+        // 3. A denial gives back every charge this request made, and peeks the
+        // enforcing rules it never reached (for their headers).
+        if denied {
+            for (rule, receipt) in pending.drain() {
+                snap.rules[*rule as usize].limiter.refund(receipt, now);
+            }
+            for i in 0..out.items.len() {
+                if waiting(&out.items[i]) {
+                    cx.set(&snap, out, pending, i, false);
+                }
+            }
+        }
+        pending.clear();
+        for it in out.items.iter() {
+            let rule = &snap.rules[it.rule as usize];
+            if !rule.enforce {
+                continue;
+            }
+            if !it.outcome.decision.allowed {
+                bump(&rule.metrics.denied);
+            } else if !denied {
+                bump(&rule.metrics.allowed);
+            }
+        }
+        denied
+    });
     out.allowed = !denied;
     out.snapshot = Some(snap);
 }

@@ -21,6 +21,18 @@ use sluicegate_redis::{
 
 const WINDOWS: [Algorithm; 2] = [Algorithm::FixedWindow, Algorithm::SlidingWindow];
 
+/// Prints `h`'s share of checks answered without a round trip, and asserts it
+/// is at least `min`.
+fn assert_local_share(what: impl std::fmt::Display, h: &HybridLimiter, min: f64) {
+    let s = h.stats();
+    let pct = 100.0 * s.local_share();
+    eprintln!("{what}: {pct:.1}% local ({s:?})");
+    assert!(
+        s.local_share() >= min,
+        "{what}: only {pct:.1}% local ({s:?})"
+    );
+}
+
 fn cfg() -> Config {
     Config {
         timeout: Duration::from_millis(500),
@@ -43,17 +55,8 @@ async fn steady_rate_under_the_quota_is_served_locally() {
             allowed += 1;
         }
     }
-    let s = h.stats();
-    eprintln!(
-        "steady 500/s under 2000/s: {:.1}% local ({s:?})",
-        100.0 * s.local_share()
-    );
     assert_eq!(allowed, 500, "under the quota everything is admitted");
-    assert!(
-        s.local_share() >= 0.95,
-        "only {:.1}% local ({s:?})",
-        100.0 * s.local_share()
-    );
+    assert_local_share("steady 500/s under 2000/s", &h, 0.95);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,14 +121,7 @@ async fn the_global_quota_is_never_exceeded_by_a_fleet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_locally_forecasts_whether_a_check_waits() {
     let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(2000).burst(1000)).unwrap();
-    let rl = RedisLimiter::new(
-        common::standalone(),
-        &common::fresh("forecast"),
-        limit,
-        cfg(),
-    )
-    .unwrap();
-    let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    let h = hybrid(&common::fresh("forecast"), limit, HybridConfig::default());
     assert!(!h.answers_locally("k", 1), "no lease yet");
     assert!(!h.answers_locally("k", 0), "n = 0 peeks at Redis");
     assert!(
@@ -160,14 +156,11 @@ async fn answers_locally_forecasts_whether_a_check_waits() {
     );
     // A cached denial answers locally too.
     let limit = Limit::new(Algorithm::TokenBucket, Quota::per_hour(2)).unwrap();
-    let rl = RedisLimiter::new(
-        common::standalone(),
+    let h = hybrid(
         &common::fresh("forecast-deny"),
         limit,
-        cfg(),
-    )
-    .unwrap();
-    let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+        HybridConfig::default(),
+    );
     for _ in 0..3 {
         h.check("k").await.unwrap();
     }
@@ -218,16 +211,7 @@ async fn window_slow_key(alg: Algorithm) {
         tick.tick().await;
         assert!(h.check("k").await.unwrap().decision.allowed);
     }
-    let s = h.stats();
-    eprintln!(
-        "{alg:?} 20/s: {:.1}% local ({s:?})",
-        100.0 * s.local_share()
-    );
-    assert!(
-        s.local_share() >= 0.75,
-        "{alg:?}: only {:.1}% local ({s:?})",
-        100.0 * s.local_share()
-    );
+    assert_local_share(format!("{alg:?} 20/s"), &h, 0.75);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,16 +290,11 @@ async fn window_steady(alg: Algorithm) {
             allowed += 1;
         }
     }
-    let s = h.stats();
     assert_eq!(
         allowed, 500,
         "{alg:?}: under the limit everything is admitted"
     );
-    assert!(
-        s.local_share() >= 0.95,
-        "{alg:?}: only {:.1}% local ({s:?})",
-        100.0 * s.local_share()
-    );
+    assert_local_share(format!("{alg:?} steady"), &h, 0.95);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
