@@ -140,7 +140,10 @@ impl GcraParams {
 
     /// The GCRA decision, with `slack_ns` extra tolerance (the shaper's max delay;
     /// 0 for the bucket). Returns the step and the delay before the request conforms.
-    #[inline]
+    /// Always inline: the shaper's call was left out of line, its `Step` came back
+    /// through memory and the reservation's 16-byte loads of it stalled on store
+    /// forwarding (27 % of `reserve_n_at`'s samples; 43–47 → 27 ns per reservation).
+    #[inline(always)]
     pub(crate) fn decide(&self, f: u64, now: u64, n: u64, slack_ns: u64) -> Step {
         if slack_ns == 0 {
             if let Some(step) = self.admit_now(f, now, n) {
