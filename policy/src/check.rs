@@ -61,15 +61,20 @@ impl<L: Lookup + ?Sized> Ctx<'_, L> {
         })
     }
 
-    /// Checks (`consume`, writing `receipt`) or peeks at the rule: the outcome and
-    /// whether its shared backend failed.
-    fn run(&self, rule: &Rule, consume: bool, receipt: &mut Receipt) -> (Outcome, bool) {
-        let key = KeyRef {
+    /// The rule's key for this request.
+    fn key<'r>(&'r self, rule: &'r Rule) -> KeyRef<'r, L> {
+        KeyRef {
             lookup: self.lookup,
             names: self.names,
             idx: &rule.key,
             ipv6_prefix: self.v6,
-        };
+        }
+    }
+
+    /// Checks (`consume`, writing `receipt`) or peeks at the rule: the outcome and
+    /// whether its shared backend failed.
+    fn run(&self, rule: &Rule, consume: bool, receipt: &mut Receipt) -> (Outcome, bool) {
+        let key = self.key(rule);
         match rule
             .limiter
             .run(&key, || key.text(), self.n, self.now, consume, receipt)
@@ -179,16 +184,8 @@ pub(crate) fn may_wait<L: Lookup + ?Sized>(snap: &Compiled, lookup: &L, n: u64) 
                 continue;
             }
             let remote = rule.limiter.is_remote();
-            if remote {
-                let key = KeyRef {
-                    lookup,
-                    names: &snap.names,
-                    idx: &rule.key,
-                    ipv6_prefix: cx.v6,
-                };
-                if rule.limiter.may_wait(|| key.text(), n) {
-                    return true;
-                }
+            if remote && rule.limiter.may_wait(|| cx.key(rule).text(), n) {
+                return true;
             }
             if rule.enforce {
                 enforcing += 1;

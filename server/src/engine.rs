@@ -196,9 +196,7 @@ impl RuleSet {
         mut descriptors: impl Iterator<Item = (&'e [Entry], u64)>,
     ) -> bool {
         match self.domains.get(domain) {
-            Some(DomainRules::Toml(t)) if t.is_remote() => {
-                descriptors.any(|(entries, n)| t.may_wait(entries, n))
-            }
+            Some(DomainRules::Toml(t)) => descriptors.any(|(entries, n)| t.may_wait(entries, n)),
             _ => false,
         }
     }

@@ -109,11 +109,6 @@ impl TomlDomain {
         })
     }
 
-    /// Whether a decision may wait for a Redis round trip.
-    pub fn is_remote(&self) -> bool {
-        self.remote
-    }
-
     /// Whether deciding one descriptor of `hits` may wait for a Redis round trip:
     /// some matching rule is on `redis`, or on `hybrid` without units leased
     /// ([`Policy::may_wait_n`]).

@@ -58,6 +58,20 @@ impl Entry {
             && now >= self.deny_until.load(Ordering::Relaxed)
     }
 
+    /// Whether the lease word `word` holds `n` units still unexpired at `now`.
+    #[inline]
+    fn covers(&self, word: u64, n: u64, now: u64) -> bool {
+        word & UNITS >= n && now < self.expires.load(Ordering::Acquire)
+    }
+
+    /// Until when a request of `n` units is denied locally (negative cache), if it
+    /// is at `now`.
+    #[inline]
+    fn denied_until(&self, n: u64, now: u64) -> Option<u64> {
+        let until = self.deny_until.load(Ordering::Acquire);
+        (now < until && n >= self.deny_cost.load(Ordering::Relaxed)).then_some(until)
+    }
+
     /// Replaces the lease (the caller holds the key's flight). Readers that loaded
     /// the old word fail their compare-and-swap; readers that load the new one see
     /// its expiry and window, stored before it.
@@ -105,8 +119,7 @@ impl HybridLimiter {
             // The clock is read after the lease word is loaded: a lease seen here
             // was charged on Redis before this instant.
             let now = inner.now();
-            let left = word & UNITS;
-            if left >= n && now < e.expires.load(Ordering::Acquire) {
+            if e.covers(word, n, now) {
                 // Loaded after the word, before the swap: if the swap succeeds they
                 // are this lease's (a new lease changes the word first).
                 let end = e.window_end.load(Ordering::Acquire);
@@ -126,7 +139,7 @@ impl HybridLimiter {
                         return Some(Verdict {
                             decision: Decision {
                                 allowed: true,
-                                remaining: left - n,
+                                remaining: (word & UNITS) - n,
                                 retry_after_ns: 0,
                                 reset_after_ns: 0,
                                 limit,
@@ -141,8 +154,7 @@ impl HybridLimiter {
                     }
                 }
             }
-            let deny_until = e.deny_until.load(Ordering::Acquire);
-            if now < deny_until && n >= e.deny_cost.load(Ordering::Relaxed) {
+            if let Some(deny_until) = e.denied_until(n, now) {
                 inner.counters.local();
                 return Some(Verdict {
                     decision: Decision {
@@ -163,11 +175,9 @@ impl HybridLimiter {
     /// Whether [`Self::local`] would answer `n` units now (units left in an
     /// unexpired lease, or a pending denial), spending nothing.
     pub(super) fn local_ready(&self, e: &Entry, n: u64) -> bool {
+        let word = e.lease.load(Ordering::Acquire);
         let now = self.inner.now();
-        let left = e.lease.load(Ordering::Acquire) & UNITS;
-        (left >= n && now < e.expires.load(Ordering::Acquire))
-            || (now < e.deny_until.load(Ordering::Acquire)
-                && n >= e.deny_cost.load(Ordering::Relaxed))
+        e.covers(word, n, now) || e.denied_until(n, now).is_some()
     }
 
     /// The round trip: one lease of a batch (the caller holds the key's flight).
