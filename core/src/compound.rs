@@ -82,8 +82,7 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
     /// assert!(c.check_at(0).allowed);
     /// ```
     pub fn check_at(&self, now: u64) -> Decision {
-        self.check_n_at(1, now)
-            .unwrap_or_else(|e| Decision::never(e.capacity))
+        self.charge(1, now, || now, or_never)
     }
 
     /// Admits `n` units at `now` if every limit allows, charging none otherwise.
@@ -97,7 +96,7 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
     /// assert!(c.check_n_at(11, 0).is_err()); // more than the per-second burst
     /// ```
     pub fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, InsufficientCapacity> {
-        self.charge(n, now, || now)
+        self.charge(n, now, || now, core::convert::identity)
     }
 
     /// What [`Self::check_n_at`] would answer, charging nothing.
@@ -143,13 +142,15 @@ impl<A: Algorithm, const N: usize, C> Compound<A, N, C> {
         &self.clock
     }
 
-    fn charge(
+    #[inline(always)]
+    fn charge<R>(
         &self,
         n: u64,
         now: u64,
         refund_now: impl Fn() -> u64,
-    ) -> Result<Decision, InsufficientCapacity> {
-        charge_all(&self.parts, &mut [(0, 0); N], n, now, refund_now)
+        finish: impl Fn(Result<Decision, InsufficientCapacity>) -> R,
+    ) -> R {
+        charge_all(&self.parts, &mut [(0, 0); N], n, now, refund_now, finish)
     }
 }
 
@@ -176,41 +177,74 @@ pub(crate) fn peek_all<A: Algorithm>(
 /// write, so a part that nothing touched since is charged with one
 /// compare-and-swap from that word, without deciding again; a part that changed
 /// is decided again on its new word ([`charge_rest`]).
-pub(crate) fn charge_all<A: Algorithm>(
+///
+/// The answer is passed through `finish` on every path, inside the cold retry
+/// too: a caller that maps it (`check_at` turns an error into a denial) then gets
+/// its own return value from both paths, written once where it is returned. With
+/// the mapping after a shared `Result`, the fast path's answer went through a
+/// stack temporary that `charge_rest` also returns into, and the copy out of it
+/// reloaded the one-byte `allowed` as part of a word: a store-forwarding stall.
+#[inline(always)]
+pub(crate) fn charge_all<A: Algorithm, R>(
     parts: &[Core<A>],
     taken: &mut [(u64, u64)],
     n: u64,
     now: u64,
     refund_now: impl Fn() -> u64,
-) -> Result<Decision, InsufficientCapacity> {
+    finish: impl Fn(Result<Decision, InsufficientCapacity>) -> R,
+) -> R {
     debug_assert!(taken.len() >= parts.len());
     let mut peeked = None;
     for (part, slot) in parts.iter().zip(taken.iter_mut()) {
-        let (step, cur) = part.run(now, n, false)?;
+        let (step, cur) = match part.run(now, n, false) {
+            Ok(ran) => ran,
+            Err(e) => return finish(Err(e)),
+        };
         *slot = (cur, step.next.unwrap_or(cur));
         peeked = Some(merge(peeked, &step.decision));
     }
     let peeked = peeked.unwrap_or_else(no_limits);
     if !peeked.allowed || n == 0 {
-        return Ok(peeked);
+        return finish(Ok(peeked));
     }
     for i in 0..parts.len() {
         let (prev, next) = taken[i];
         if next != prev && !parts[i].cas(prev, next) {
-            return charge_rest(parts, taken, i, n, now, refund_now);
+            return charge_rest(parts, taken, i, n, now, refund_now, finish);
         }
     }
     // Every part was charged from the word its peek decided on: the answer is the
     // peek's.
-    Ok(peeked)
+    finish(Ok(peeked))
+}
+
+/// `check_at`'s mapping: a cost that can never fit is a denial.
+#[inline(always)]
+fn or_never(r: Result<Decision, InsufficientCapacity>) -> Decision {
+    r.unwrap_or_else(|e| Decision::never(e.capacity))
 }
 
 /// [`charge_all`] from part `first` on, once its word changed after the peek:
 /// parts before it are charged (with their peek's decisions, decided again on the
 /// word they were charged from); each later part is decided again on its current
-/// word, and a denial gives the earlier charges back.
+/// word, and a denial gives the earlier charges back. Its answer goes through
+/// `finish`, as [`charge_all`]'s does.
 #[cold]
-fn charge_rest<A: Algorithm>(
+fn charge_rest<A: Algorithm, R>(
+    parts: &[Core<A>],
+    taken: &mut [(u64, u64)],
+    first: usize,
+    n: u64,
+    now: u64,
+    refund_now: impl Fn() -> u64,
+    finish: impl Fn(Result<Decision, InsufficientCapacity>) -> R,
+) -> R {
+    finish(recharge(parts, taken, first, n, now, refund_now))
+}
+
+/// The body of [`charge_rest`], before `finish`.
+#[inline(always)]
+fn recharge<A: Algorithm>(
     parts: &[Core<A>],
     taken: &mut [(u64, u64)],
     first: usize,
@@ -290,8 +324,7 @@ impl<A: Algorithm, const N: usize, C: Clock> Compound<A, N, C> {
     /// assert!(c.check().allowed);
     /// ```
     pub fn check(&self) -> Decision {
-        self.check_n(1)
-            .unwrap_or_else(|e| Decision::never(e.capacity))
+        self.charge(1, self.clock.now(), || self.clock.now(), or_never)
     }
 
     /// Admits `n` units now; a give-back reads the clock afresh (see the module docs).
@@ -302,6 +335,11 @@ impl<A: Algorithm, const N: usize, C: Clock> Compound<A, N, C> {
     /// assert_eq!(c.check_n(3).unwrap().remaining, 0);
     /// ```
     pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        self.charge(n, self.clock.now(), || self.clock.now())
+        self.charge(
+            n,
+            self.clock.now(),
+            || self.clock.now(),
+            core::convert::identity,
+        )
     }
 }

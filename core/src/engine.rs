@@ -92,7 +92,9 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> Engine for Words<A> {
             }),
             Words::Many(parts) if consume => {
                 let mut taken = [(0, 0); Spec::MAX_LIMITS];
-                charge_all(parts, &mut taken, n, now, refund_now).map(Outcome::plain)
+                charge_all(parts, &mut taken, n, now, refund_now, |r| {
+                    r.map(Outcome::plain)
+                })
             }
             Words::Many(parts) => peek_all(parts, n, now).map(Outcome::plain),
         }
@@ -134,7 +136,7 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> Engine for Words<A> {
                 (o, usize::from(next != prev))
             }
             Words::Many(parts) => {
-                let d = charge_all(parts, taken, n, now, || now)?;
+                let d = charge_all(parts, taken, n, now, || now, core::convert::identity)?;
                 (Outcome::plain(d), parts.len())
             }
         };
