@@ -9,6 +9,12 @@ limiters' ``check_async``: native (the Rust future) against the ``asyncio.to_thr
 path it replaced, 1000 checks in flight at once and 1000 one after another:
 
     .venv/bin/python python/bench.py --redis-async redis://127.0.0.1:6379
+
+With ``--asgi`` it measures the ASGI middleware's cost per request, in-process (no
+server, no network): a minimal ASGI app called directly, bare and behind
+``RateLimitMiddleware``, on requests from 1,000 IPv4 and 1,000 IPv6 clients:
+
+    .venv/bin/python python/bench.py --asgi
 """
 
 from __future__ import annotations
@@ -145,6 +151,8 @@ def main() -> None:
         print(f"| {name} | {ns:,.0f} | {kbase / ns:.1f}× (vs limits keyed) |")
     print()
     print(f"target ≤ 150 ns per check(): {'met' if ours_ns <= 150 else 'missed'} ({ours_ns:.0f} ns)")
+    ratio = ours_ns / overhead
+    print(f"target check() ≤ 2.0× an empty call: {'met' if ratio <= 2.0 else 'missed'} ({ratio:.2f}×)")
     print(f"target ≥ 20× limits fixed window: {'met' if base / ours_ns >= 20 else 'missed'} ({base / ours_ns:.1f}×)")
 
 
@@ -205,8 +213,77 @@ def redis_async(url: str, tasks: int = 1000, repeats: int = REPEATS) -> None:
             print(f"| {shape} | {name} | {rate:,.0f} | {1e6 / rate:.1f} | {rate / base:.2f}× |")
 
 
+def asgi(requests: int = 20_000, repeats: int = REPEATS) -> None:
+    """The ASGI middleware's cost per request: a minimal app (response start and
+    body) awaited directly, bare and behind ``RateLimitMiddleware`` (one
+    always-allowing limit, the default client key), on the same requests from
+    1,000 IPv4 and 1,000 IPv6 clients; the difference is the middleware's. The
+    two alternate within each repeat; median of `repeats`."""
+    from sluicegate.asgi import RateLimitMiddleware
+
+    async def app(scope: dict[str, object], receive: object, send: Callable[[dict[str, object]], Awaitable[None]]) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    sent = 0
+
+    async def send(message: dict[str, object]) -> None:
+        nonlocal sent
+        sent += 1
+
+    clients = [f"10.1.{i >> 8}.{i & 255}" for i in range(1000)] + [f"2001:db8:{i:x}::1" for i in range(1000)]
+    scopes = [
+        {
+            "type": "http",
+            "method": "GET",
+            "path": "/items",
+            "headers": [(b"host", b"example.com"), (b"user-agent", b"bench")],
+            "client": (clients[i % len(clients)], 50_000),
+        }
+        for i in range(requests)
+    ]
+    limited = RateLimitMiddleware(app, limits=f"{HUGE}/hour")
+
+    async def run(handler: Callable[..., Awaitable[None]]) -> float:
+        t0 = time.perf_counter_ns()
+        for scope in scopes:
+            await handler(scope, receive, send)
+        return (time.perf_counter_ns() - t0) / len(scopes)
+
+    async def main_() -> tuple[list[float], list[float]]:
+        await run(app)
+        await run(limited)
+        bare: list[float] = []
+        mw: list[float] = []
+        for _ in range(repeats):
+            gc.disable()
+            bare.append(await run(app))
+            mw.append(await run(limited))
+            gc.enable()
+        return bare, mw
+
+    bare, mw = asyncio.run(main_())
+    assert sent == 4 * requests * (repeats + 1), sent  # every request answered (start + body)
+    b, m = statistics.median(bare), statistics.median(mw)
+    cost = (m - b) / 1000
+    print(f"Python {sys.version.split()[0]}, sluicegate {sluicegate.__version__}; {requests:,} requests per run;")
+    print(f"median of {repeats} runs; 1,000 IPv4 + 1,000 IPv6 clients\n")
+    print("| what | µs per request |")
+    print("|---|---:|")
+    print(f"| bare app | {b / 1000:.2f} |")
+    print(f"| app behind RateLimitMiddleware | {m / 1000:.2f} |")
+    print(f"| the middleware's cost | {cost:.2f} |")
+    print()
+    print(f"target ASGI middleware ≤ 5 µs per request: {'met' if cost <= 5 else 'missed'} ({cost:.2f} µs)")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--redis-async":
         redis_async(sys.argv[2])
+    elif len(sys.argv) == 2 and sys.argv[1] == "--asgi":
+        asgi()
     else:
         main()

@@ -129,6 +129,23 @@ def test_clients_are_keyed_by_address() -> None:
     assert run(app, gets("/", 1), client=("2001:db8:0:1::1", 1))[0].status_code == 200
 
 
+def test_client_keys_are_remembered_within_a_bound() -> None:
+    # The key of an address is cached (parsing costs microseconds): a flood of new
+    # addresses keeps the cache at its bound, and every answer, cached, evicted or
+    # fresh, is the key the address has without the cache.
+    mw = RateLimitMiddleware(hello, limits="1/minute", ipv6_prefix=48)
+    limiter = mw.limiter
+    addresses = [f"2001:db8:{i:x}::{i % 7:x}" for i in range(6000)] + [f"192.0.2.{i % 256}" for i in range(300)]
+    for _ in range(2):
+        for a in addresses:
+            assert limiter.client_key(a) == limiter._key_of_address(a)
+    assert limiter.client_key("2001:db8:1:2::3") == "2001:db8:1::/48"
+    assert limiter.client_key(None) == "unknown"
+    info = limiter._key_of.cache_info()
+    assert info.maxsize == 4096 and info.currsize == 4096, info
+    assert info.hits > 0 and info.misses > len(addresses), info
+
+
 def test_forwarded_for_only_from_trusted_proxies() -> None:
     clock = ManualClock(10**12)
     spoof = {"headers": {"x-forwarded-for": "192.0.2.99"}}

@@ -14,6 +14,7 @@ the decision, and the response fields:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import math
@@ -21,7 +22,7 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Literal, Protocol, Union
+from typing import Any, Callable, Coroutine, Literal, NamedTuple, Protocol, Union
 
 from ._errors import CapacityError
 from ._sluicegate import Decision, KeyedLimiter, ManualClock, Policy, Quota
@@ -40,6 +41,9 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ForwardedHeader = Union[Literal["x-forwarded-for"], Literal["forwarded"]]
 
 _NS = 1_000_000_000
+# Client addresses whose keys HttpLimiter remembers (an LRU: a flood of new
+# addresses only evicts, it never grows the cache).
+_KEY_CACHE = 4096
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 
@@ -75,11 +79,17 @@ class Rule:
     tables: tuple[Table, ...]
     item_names: tuple[str, ...]
     policy_field: str
+    # The item names as structured-field strings, quoted once here rather than
+    # per response.
+    item_fields: tuple[str, ...]
+    # Every table is an in-process KeyedLimiter: decided without awaiting.
+    local: bool
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """The answer for one request: admitted or not, and the fields to add."""
+class Outcome(NamedTuple):
+    """The answer for one request: admitted or not, and the fields to add. (A
+    named tuple: built on every request, and a frozen dataclass's constructor
+    costs several times as much.)"""
 
     allowed: bool
     headers: list[tuple[str, str]]
@@ -179,6 +189,9 @@ class HttpLimiter:
             key=lambda pr: pr[0].rank(),
         )
         self.exempt = [_Pattern(p) for p in exempt]
+        # The key of an address is a pure function of it (and of ipv6_prefix):
+        # remembered for the most recent clients, as parsing it costs microseconds.
+        self._key_of = functools.lru_cache(maxsize=_KEY_CACHE)(self._key_of_address)
         if table_factory is None and (self.default is not None or any(r for _, r in self.routes)):
             warn_if_multi_worker()
 
@@ -206,11 +219,19 @@ class HttpLimiter:
         policy_field = ", ".join(
             f"{_sf_string(n)};q={q.amount};w={_ceil_secs(q.period_ns)}" for n, q in zip(item_names, quotas)
         )
-        return Rule(name, tuple(quotas), tables, item_names, policy_field)
+        return Rule(
+            name,
+            tuple(quotas),
+            tables,
+            item_names,
+            policy_field,
+            tuple(_sf_string(n) for n in item_names),
+            all(isinstance(t, KeyedLimiter) for t in tables),
+        )
 
     def rule_for(self, method: str, path: str) -> Rule | None:
         """The rule that limits a request, or None when it is not limited."""
-        if any(p.matches(method, path) for p in self.exempt):
+        if self.exempt and any(p.matches(method, path) for p in self.exempt):
             return None
         for pattern, rule in self.routes:
             if pattern.matches(method, path):
@@ -239,6 +260,9 @@ class HttpLimiter:
         network (one end site usually holds a whole /64)."""
         if address is None:
             return "unknown"
+        return self._key_of(address)
+
+    def _key_of_address(self, address: str) -> str:
         ip = _parse_ip(address)
         if ip is None:
             return address
@@ -251,7 +275,7 @@ class HttpLimiter:
     # -- the decision ---------------------------------------------------------
 
     def is_exempt(self, method: str, path: str) -> bool:
-        return any(p.matches(method, path) for p in self.exempt)
+        return bool(self.exempt) and any(p.matches(method, path) for p in self.exempt)
 
     def decide_policy(
         self,
@@ -280,11 +304,15 @@ class HttpLimiter:
         """Checks every limit of the rule all-or-nothing: all are peeked first and
         charged only if all allow. (Two racing requests of one client may both
         pass the peek and then one be denied by a later limit after an earlier
-        one charged it: the error is towards denying, never over-admitting.)"""
+        one charged it: the error is towards denying, never over-admitting.)
+        A rule of one limit is just checked: one check is all-or-nothing already."""
         try:
-            decisions = [t.peek(key, cost) for t in rule.tables]
-            if all(decisions):
-                decisions = [t.check(key, cost) for t in rule.tables]
+            if len(rule.tables) == 1:
+                decisions = [rule.tables[0].check(key, cost)]
+            else:
+                decisions = [t.peek(key, cost) for t in rule.tables]
+                if all(decisions):
+                    decisions = [t.check(key, cost) for t in rule.tables]
         except CapacityError as e:
             return _too_costly(rule, e)
         return self._outcome(rule, decisions)
@@ -293,6 +321,8 @@ class HttpLimiter:
         """:meth:`decide` for the ASGI middleware: tables with ``peek_async`` and
         ``check_async`` (the Redis ones) are awaited, so the event loop never
         waits on a round trip; local tables are called directly."""
+        if rule.local:
+            return self.decide(rule, key, cost)
         try:
             decisions = [await _call(t, "peek", key, cost) for t in rule.tables]
             if all(decisions):
@@ -342,9 +372,11 @@ def _too_costly(rule: Rule, e: CapacityError) -> Outcome:
 
 
 def _ratelimit_field(rule: Rule, decisions: list[Decision]) -> str:
-    return ", ".join(
-        f"{_sf_string(n)};r={d.remaining};t={_ceil_secs(d.reset_after_ns)}" for n, d in zip(rule.item_names, decisions)
-    )
+    return ", ".join(map(_ratelimit_item, rule.item_fields, decisions))
+
+
+def _ratelimit_item(name: str, d: Decision) -> str:
+    return f"{name};r={d.remaining};t={-(-d.reset_after_ns // _NS)}"
 
 
 def _human(ns: int) -> str:

@@ -86,12 +86,11 @@ class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
         if not outcome.allowed:
             await _deny(outcome, send)
             return
-        extra = [(k.lower().encode(), v.encode()) for k, v in outcome.headers]
+        extra = [(_name_bytes(k), v.encode()) for k, v in outcome.headers]
 
         async def send_with_fields(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = dict(message)
-                message["headers"] = [*message.get("headers", ()), *extra]
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
         await self.app(scope, receive, send_with_fields)
@@ -105,6 +104,8 @@ class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
         if key is None:
             return None
         cost = self._cost(scope)
+        if rule.local:  # nothing to await: no coroutine of decide_async's
+            return self.limiter.decide(rule, key, cost)
         return await self.limiter.decide_async(rule, key, cost)
 
 
@@ -130,9 +131,23 @@ def metrics_app(policy: Policy) -> ASGIApp:
     return _Metrics(policy)
 
 
+_NAME_BYTES: dict[str, bytes] = {}
+
+
+def _name_bytes(name: str) -> bytes:
+    """A header name as ASGI sends it (lower case bytes). The names are the few
+    this package writes, so each is encoded once (and at most 64 are kept)."""
+    b = _NAME_BYTES.get(name)
+    if b is None:
+        b = name.lower().encode()
+        if len(_NAME_BYTES) < 64:
+            _NAME_BYTES[name] = b
+    return b
+
+
 async def _deny(outcome: Outcome, send: Send) -> None:
     body = outcome.problem_body()
-    headers = [(k.lower().encode(), v.encode()) for k, v in outcome.denial_headers()]
+    headers = [(_name_bytes(k), v.encode()) for k, v in outcome.denial_headers()]
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": 429, "headers": headers})
     await send({"type": "http.response.body", "body": body})
