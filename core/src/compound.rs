@@ -239,43 +239,33 @@ fn charge_rest<A: Algorithm, R>(
     refund_now: impl Fn() -> u64,
     finish: impl Fn(Result<Decision, InsufficientCapacity>) -> R,
 ) -> R {
-    finish(recharge(parts, taken, first, n, now, refund_now))
-}
-
-/// The body of [`charge_rest`], before `finish`.
-#[inline(always)]
-fn recharge<A: Algorithm>(
-    parts: &[Core<A>],
-    taken: &mut [(u64, u64)],
-    first: usize,
-    n: u64,
-    now: u64,
-    refund_now: impl Fn() -> u64,
-) -> Result<Decision, InsufficientCapacity> {
-    let mut combined = None;
-    for (part, &(prev, _)) in parts[..first].iter().zip(&taken[..first]) {
-        let d = A::decide(&part.params(), prev, now, n).decision;
-        combined = Some(merge(combined, &d));
-    }
-    for (i, part) in parts.iter().enumerate().skip(first) {
-        // `n` fit every part during the peek; a concurrent `set_quota` may have
-        // shrunk one since, which is reported like any other error.
-        let charged = part.run(now, n, true);
-        let step = match charged {
-            Ok((step, _)) if step.decision.allowed => step,
-            other => {
-                for (earlier, &(prev, next)) in parts[..i].iter().zip(&taken[..i]) {
-                    earlier.give_back(n, prev, next, &refund_now);
-                }
-                return other.map(|(step, _)| merge(combined, &step.decision));
-            }
-        };
-        if let (Ok((_, prev)), Some(slot)) = (charged, taken.get_mut(i)) {
-            *slot = (prev, step.next.unwrap_or(prev));
+    let mut recharge = || -> Result<Decision, InsufficientCapacity> {
+        let mut combined = None;
+        for (part, &(prev, _)) in parts[..first].iter().zip(&taken[..first]) {
+            let d = A::decide(&part.params(), prev, now, n).decision;
+            combined = Some(merge(combined, &d));
         }
-        combined = Some(merge(combined, &step.decision));
-    }
-    Ok(combined.unwrap_or_else(no_limits))
+        for (i, part) in parts.iter().enumerate().skip(first) {
+            // `n` fit every part during the peek; a concurrent `set_quota` may have
+            // shrunk one since, which is reported like any other error.
+            let charged = part.run(now, n, true);
+            let step = match charged {
+                Ok((step, _)) if step.decision.allowed => step,
+                other => {
+                    for (earlier, &(prev, next)) in parts[..i].iter().zip(&taken[..i]) {
+                        earlier.give_back(n, prev, next, &refund_now);
+                    }
+                    return other.map(|(step, _)| merge(combined, &step.decision));
+                }
+            };
+            if let (Ok((_, prev)), Some(slot)) = (charged, taken.get_mut(i)) {
+                *slot = (prev, step.next.unwrap_or(prev));
+            }
+            combined = Some(merge(combined, &step.decision));
+        }
+        Ok(combined.unwrap_or_else(no_limits))
+    };
+    finish(recharge())
 }
 
 #[inline]
