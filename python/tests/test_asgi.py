@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from sluicegate import ManualClock
+from sluicegate import Decision, KeyedLimiter, ManualClock, Quota
 from sluicegate.asgi import RateLimitMiddleware
 
 
@@ -169,6 +169,36 @@ def test_forwarded_for_only_from_trusted_proxies() -> None:
     assert run(app, gets("/", 1, **fwd), client=proxy)[0].status_code == 200
     same64 = {"headers": {"forwarded": "for=\"[2001:db8:cafe::99]\""}}
     assert run(app, gets("/", 1, **same64), client=proxy)[0].status_code == 429
+
+
+class _Recording:
+    """A table that records its calls (not a KeyedLimiter: the middleware treats it
+    as it treats a Redis table)."""
+
+    def __init__(self, quota: Quota, calls: list[str]) -> None:
+        self.table = KeyedLimiter(quota, clock=ManualClock(10**12))
+        self.calls = calls
+
+    def check(self, key: str | bytes | int, n: int = 1, /) -> Decision:
+        self.calls.append("check")
+        return self.table.check(key, n)
+
+    def peek(self, key: str | bytes | int, n: int = 1, /) -> Decision:
+        self.calls.append("peek")
+        return self.table.peek(key, n)
+
+
+def test_a_one_limit_rule_is_one_check_per_request() -> None:
+    # One check is all-or-nothing already: no peek before it (for a Redis table,
+    # one round trip instead of two). Two limits: peek both, then check both.
+    calls: list[str] = []
+    app = starlette_app(limits="2/minute", table_factory=lambda q: _Recording(q, calls))
+    assert [r.status_code for r in run(app, gets("/", 3))] == [200, 200, 429]
+    assert calls == ["check"] * 3
+    calls.clear()
+    app = starlette_app(limits="5/minute; 2/hour", table_factory=lambda q: _Recording(q, calls))
+    assert [r.status_code for r in run(app, gets("/", 3))] == [200, 200, 429]
+    assert calls == ["peek", "peek", "check", "check"] * 2 + ["peek", "peek"]
 
 
 def test_key_and_cost_functions() -> None:

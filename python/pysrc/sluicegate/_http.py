@@ -320,13 +320,18 @@ class HttpLimiter:
     async def decide_async(self, rule: Rule, key: str | bytes | int, cost: int) -> Outcome:
         """:meth:`decide` for the ASGI middleware: tables with ``peek_async`` and
         ``check_async`` (the Redis ones) are awaited, so the event loop never
-        waits on a round trip; local tables are called directly."""
+        waits on a round trip; local tables are called directly. A rule of one
+        limit is checked without a peek, as in :meth:`decide`: one round trip to a
+        Redis table instead of two."""
         if rule.local:
             return self.decide(rule, key, cost)
         try:
-            decisions = [await _call(t, "peek", key, cost) for t in rule.tables]
-            if all(decisions):
-                decisions = [await _call(t, "check", key, cost) for t in rule.tables]
+            if len(rule.tables) == 1:
+                decisions = [await _call(rule.tables[0], "check", key, cost)]
+            else:
+                decisions = [await _call(t, "peek", key, cost) for t in rule.tables]
+                if all(decisions):
+                    decisions = [await _call(t, "check", key, cost) for t in rule.tables]
         except CapacityError as e:
             return _too_costly(rule, e)
         return self._outcome(rule, decisions)
