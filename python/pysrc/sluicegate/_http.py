@@ -323,8 +323,6 @@ class HttpLimiter:
         waits on a round trip; local tables are called directly. A rule of one
         limit is checked without a peek, as in :meth:`decide`: one round trip to a
         Redis table instead of two."""
-        if rule.local:
-            return self.decide(rule, key, cost)
         try:
             if len(rule.tables) == 1:
                 decisions = [await _call(rule.tables[0], "check", key, cost)]
