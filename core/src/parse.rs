@@ -106,27 +106,42 @@ impl ParseErrorKind {
     /// assert_eq!(ParseErrorKind::ExpectedSeparator.message(), "expected \"/\" or \"per\" after the amount");
     /// ```
     pub const fn message(&self) -> &'static str {
+        match self.message_cstr().to_str() {
+            Ok(s) => s,
+            Err(_) => "invalid rate string", // unreachable: every message is ASCII
+        }
+    }
+
+    /// [`Self::message`] as a NUL-terminated C string with a static lifetime
+    /// (what the C ABI hands out).
+    ///
+    /// ```
+    /// use sluicegate::parse::ParseErrorKind;
+    /// let k = ParseErrorKind::Zero;
+    /// assert_eq!(k.message_cstr().to_str(), Ok(k.message()));
+    /// ```
+    pub const fn message_cstr(&self) -> &'static core::ffi::CStr {
         match self {
-            Self::Empty => "empty rate; expected a limit such as \"100/minute\"",
-            Self::ExpectedNumber => "expected a whole number",
+            Self::Empty => c"empty rate; expected a limit such as \"100/minute\"",
+            Self::ExpectedNumber => c"expected a whole number",
             Self::Fraction => {
-                "fractions are not accepted; write a whole number per a longer period (\"1 per 2 seconds\")"
+                c"fractions are not accepted; write a whole number per a longer period (\"1 per 2 seconds\")"
             }
-            Self::Zero => "expected a number greater than zero",
-            Self::NumberTooLarge => "number too large; the maximum is 18446744073709551615",
-            Self::ExpectedSeparator => "expected \"/\" or \"per\" after the amount",
+            Self::Zero => c"expected a number greater than zero",
+            Self::NumberTooLarge => c"number too large; the maximum is 18446744073709551615",
+            Self::ExpectedSeparator => c"expected \"/\" or \"per\" after the amount",
             Self::ExpectedUnit => {
-                "expected a time unit: ns, us, ms, s, m, h or d (or a long form such as \"minute\")"
+                c"expected a time unit: ns, us, ms, s, m, h or d (or a long form such as \"minute\")"
             }
             Self::UnknownUnit => {
-                "unknown time unit; expected ns, us, ms, s, m, h or d (or a long form such as \"minute\")"
+                c"unknown time unit; expected ns, us, ms, s, m, h or d (or a long form such as \"minute\")"
             }
             Self::AmbiguousUnit => {
-                "months and years have no fixed length and are ambiguous; use days (\"1000 per 30 days\")"
+                c"months and years have no fixed length and are ambiguous; use days (\"1000 per 30 days\")"
             }
-            Self::PeriodTooLong => "period too long; the maximum is about 584 years",
-            Self::Trailing => "unexpected text; expected \"burst N\", \";\" or the end",
-            Self::TooManyLimits => "too many limits for the space provided",
+            Self::PeriodTooLong => c"period too long; the maximum is about 584 years",
+            Self::Trailing => c"unexpected text; expected \"burst N\", \";\" or the end",
+            Self::TooManyLimits => c"too many limits for the space provided",
         }
     }
 }

@@ -56,6 +56,29 @@ impl sluicegate_algorithm {
     }
 }
 
+/// The C value of a core [`Kind`]: the inverse of [`sluicegate_algorithm::kind`].
+///
+/// ```
+/// use sluicegate::Kind;
+/// use sluicegate_ffi::config::sluicegate_algorithm;
+/// let c = sluicegate_algorithm::from(Kind::SlidingWindow);
+/// assert_eq!(c, sluicegate_algorithm::SLUICEGATE_SLIDING_WINDOW);
+/// assert_eq!(c.kind(), Kind::SlidingWindow);
+/// ```
+impl From<Kind> for sluicegate_algorithm {
+    fn from(kind: Kind) -> Self {
+        use sluicegate_algorithm::*;
+        match kind {
+            Kind::TokenBucket => SLUICEGATE_TOKEN_BUCKET,
+            Kind::LeakyBucket => SLUICEGATE_LEAKY_BUCKET,
+            Kind::Shaper => SLUICEGATE_SHAPER,
+            Kind::FixedWindow => SLUICEGATE_FIXED_WINDOW,
+            Kind::SlidingWindow => SLUICEGATE_SLIDING_WINDOW,
+            Kind::SlidingLog => SLUICEGATE_SLIDING_LOG,
+        }
+    }
+}
+
 /// One limit. Set `struct_size = sizeof(sluicegate_config)` and zero what you do
 /// not use:
 ///
@@ -113,33 +136,6 @@ pub(crate) unsafe fn read_config(
     unsafe { crate::handle::read_versioned(p) }
 }
 
-/// The static C message of a parse error kind: the core's message, NUL-terminated
-/// (a unit test checks they agree).
-pub(crate) fn parse_message(kind: ParseErrorKind) -> &'static core::ffi::CStr {
-    use ParseErrorKind::*;
-    match kind {
-        Empty => c"empty rate; expected a limit such as \"100/minute\"",
-        ExpectedNumber => c"expected a whole number",
-        Fraction => c"fractions are not accepted; write a whole number per a longer period (\"1 per 2 seconds\")",
-        Zero => c"expected a number greater than zero",
-        NumberTooLarge => c"number too large; the maximum is 18446744073709551615",
-        ExpectedSeparator => c"expected \"/\" or \"per\" after the amount",
-        ExpectedUnit => {
-            c"expected a time unit: ns, us, ms, s, m, h or d (or a long form such as \"minute\")"
-        }
-        UnknownUnit => {
-            c"unknown time unit; expected ns, us, ms, s, m, h or d (or a long form such as \"minute\")"
-        }
-        AmbiguousUnit => {
-            c"months and years have no fixed length and are ambiguous; use days (\"1000 per 30 days\")"
-        }
-        PeriodTooLong => c"period too long; the maximum is about 584 years",
-        Trailing => c"unexpected text; expected \"burst N\", \";\" or the end",
-        TooManyLimits => c"too many limits for the space provided",
-        _ => c"invalid rate string",
-    }
-}
-
 const NOT_UTF8: &core::ffi::CStr = c"the rate string is not valid UTF-8";
 
 /// Reads the caller's string as UTF-8, reporting the first bad byte.
@@ -175,7 +171,7 @@ fn report(err: *mut sluicegate_parse_error, e: ParseError) -> sluicegate_status 
             err,
             sluicegate_parse_error {
                 position: e.position,
-                message: parse_message(e.kind).as_ptr(),
+                message: e.kind.message_cstr().as_ptr(),
             },
         )
     };
@@ -430,40 +426,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn c_messages_match_the_core_parser() {
-        use ParseErrorKind::*;
-        for k in [
-            Empty,
-            ExpectedNumber,
-            Fraction,
-            Zero,
-            NumberTooLarge,
-            ExpectedSeparator,
-            ExpectedUnit,
-            UnknownUnit,
-            AmbiguousUnit,
-            PeriodTooLong,
-            Trailing,
-            TooManyLimits,
-        ] {
-            assert_eq!(parse_message(k).to_str().unwrap(), k.message(), "{k:?}");
-        }
-    }
-
-    #[test]
     fn every_c_algorithm_is_the_kind_of_its_name() {
-        use sluicegate_algorithm::*;
-        for a in [
-            SLUICEGATE_TOKEN_BUCKET,
-            SLUICEGATE_LEAKY_BUCKET,
-            SLUICEGATE_SHAPER,
-            SLUICEGATE_FIXED_WINDOW,
-            SLUICEGATE_SLIDING_WINDOW,
-            SLUICEGATE_SLIDING_LOG,
-        ] {
-            let name = format!("SLUICEGATE_{}", a.kind().name().to_uppercase());
+        for k in Kind::ALL {
+            let a = sluicegate_algorithm::from(k);
+            let name = format!("SLUICEGATE_{}", k.name().to_uppercase());
             assert_eq!(format!("{a:?}"), name);
-            assert_eq!(crate::limit::kind_of(a as u32), Some(a.kind()));
+            assert_eq!(a.kind(), k);
+            assert_eq!(crate::limit::kind_of(a as u32), Some(k));
         }
         assert_eq!(crate::limit::kind_of(Kind::ALL.len() as u32), None);
         assert_eq!(crate::limit::kind_of(u32::MAX), None);

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use sluicegate::{AnyLimiter, Kind, Outcome, Spec};
 
-use crate::args::{opt_uint, size, Cost};
+use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
 use crate::decision::PyDecision;
 use crate::quota::{self, describe_all};
@@ -23,12 +23,7 @@ pub fn spec_of(
     period: Option<&Bound<'_, PyAny>>,
     burst: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Spec> {
-    let quotas = quota::from_args(
-        limit,
-        opt_uint(amount, "amount")?,
-        period,
-        opt_uint(burst, "burst")?,
-    )?;
+    let quotas = quota::from_args(limit, amount, period, burst)?;
     Spec::new(kind, &quotas).map_err(errors::spec)
 }
 

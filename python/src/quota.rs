@@ -82,10 +82,11 @@ fn push_item(item: &Bound<'_, PyAny>, out: &mut Vec<Quota>) -> PyResult<()> {
 /// them) or the keyword arguments, not both.
 pub fn from_args(
     limit: Option<&Bound<'_, PyAny>>,
-    amount: Option<u64>,
+    amount: Option<&Bound<'_, PyAny>>,
     period: Option<&Bound<'_, PyAny>>,
-    burst: Option<u64>,
+    burst: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<Quota>> {
+    let (amount, burst) = (opt_uint(amount, "amount")?, opt_uint(burst, "burst")?);
     let mut out = Vec::new();
     match (limit, amount) {
         (Some(_), Some(_)) => {

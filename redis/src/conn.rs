@@ -228,28 +228,11 @@ impl Backend {
     ) -> Result<Conn, Error> {
         let fut = async {
             match self {
-                Self::Standalone(url) => {
-                    let client = redis::Client::open(url.as_str())?;
-                    // The response timeout is the limiter's own, one timer per call
-                    // around the whole script call (EVALSHA and a NOSCRIPT's EVAL).
-                    let cfg = AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(connect))
-                        .set_response_timeout(None);
-                    let c = client
-                        .get_multiplexed_async_connection_with_config(&cfg)
-                        .await?;
-                    Ok::<_, redis::RedisError>(Conn::Single(c))
-                }
+                Self::Standalone(url) => single(redis::Client::open(url.as_str())?, connect).await,
                 #[cfg(feature = "tls")]
                 Self::StandaloneTls { url, tls } => {
                     let client = redis::Client::build_with_tls(url.as_str(), tls.certificates())?;
-                    let cfg = AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(connect))
-                        .set_response_timeout(None);
-                    let c = client
-                        .get_multiplexed_async_connection_with_config(&cfg)
-                        .await?;
-                    Ok(Conn::Single(c))
+                    single(client, connect).await
                 }
                 #[cfg(not(feature = "tls"))]
                 Self::StandaloneTls { .. } | Self::ClusterTls { .. } => {
@@ -276,6 +259,19 @@ impl Backend {
             Err(_) => Err(Error::Timeout),
         }
     }
+}
+
+/// A multiplexed connection to one server. Its response timeout is the
+/// limiter's own: one timer per call around the whole script call (EVALSHA and a
+/// NOSCRIPT's EVAL), so the connection sets none.
+async fn single(client: redis::Client, connect: Duration) -> Result<Conn, redis::RedisError> {
+    let cfg = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect))
+        .set_response_timeout(None);
+    let c = client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await?;
+    Ok(Conn::Single(c))
 }
 
 fn url_error(reason: impl Into<String>) -> Error {

@@ -19,13 +19,12 @@ mod common;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluicegate::Quota;
-use sluicegate_redis::{Algorithm, Backend, FailurePolicy, Limit, RedisLimiter, Source, Verdict};
+use sluicegate_redis::{Algorithm, Backend, FailurePolicy, Limit, RedisLimiter, Source};
 
-use common::fault::{cfg, CONNECT, COOLDOWN, SLACK, TIMEOUT};
+use common::fault::{cfg, load, Sample, CONNECT, COOLDOWN, SLACK, TIMEOUT};
 
 fn server_bin() -> String {
     std::env::var("SLUICEGATE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
@@ -166,46 +165,12 @@ impl Cluster {
     }
 }
 
-struct Sample {
-    dead_range: bool,
-    at: Duration,
-    latency: Duration,
-    verdict: Verdict,
-}
-
-/// 4 tasks on each of the two keys, a check per millisecond each.
-async fn load(rl: &RedisLimiter, keys: [&str; 2], t0: Instant, for_: Duration) -> Vec<Sample> {
-    let out = Arc::new(Mutex::new(Vec::new()));
-    let end = Instant::now() + for_;
-    let mut tasks = Vec::new();
-    for i in 0..8 {
-        let (rl, out) = (rl.clone(), Arc::clone(&out));
-        let key = keys[i % 2].to_owned();
-        tasks.push(tokio::spawn(async move {
-            let mut mine = Vec::new();
-            while Instant::now() < end && mine.len() < 2000 {
-                let t = Instant::now();
-                let verdict = rl.check(&key).await.unwrap();
-                mine.push(Sample {
-                    dead_range: i % 2 == 0,
-                    at: t - t0,
-                    latency: t.elapsed(),
-                    verdict,
-                });
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            out.lock().unwrap().extend(mine);
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    Arc::try_unwrap(out).ok().unwrap().into_inner().unwrap()
-}
+/// The index of key `dead` (on the master that is killed) in `load`'s keys.
+const DEAD: usize = 0;
 
 fn admitted(s: &[Sample], dead: bool, by_redis: bool) -> usize {
     s.iter()
-        .filter(|x| x.dead_range == dead && x.verdict.decision.allowed)
+        .filter(|x| (x.key == DEAD) == dead && x.verdict.decision.allowed)
         .filter(|x| (x.verdict.source == Source::Redis) == by_redis)
         .count()
 }
@@ -224,7 +189,7 @@ async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> S
     let keys = ["dead", live.as_str()];
     let t0 = Instant::now();
 
-    let healthy = load(&rl, keys, t0, Duration::from_millis(150)).await;
+    let healthy = load(&rl, &keys, t0, Duration::from_millis(150)).await;
     assert!(
         healthy.iter().all(|s| s.verdict.source == Source::Redis),
         "{policy:?}: healthy cluster"
@@ -233,7 +198,7 @@ async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> S
     cluster.nodes[victim].kill();
     let t_kill = t0.elapsed();
     let outage_len = Duration::from_millis(500);
-    let outage = load(&rl, keys, t0, outage_len).await;
+    let outage = load(&rl, &keys, t0, outage_len).await;
     let t_outage_end = t0.elapsed();
     // The dead master's breaker is open, the live one's is not.
     assert!(rl.circuit_open_for("dead") && rl.circuit_open());
@@ -263,7 +228,7 @@ async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> S
 
     // The dead range: every check answered by the policy once the kill is seen
     // (a check in flight at the kill may still have been answered by Redis).
-    let dead: Vec<&Sample> = outage.iter().filter(|s| s.dead_range).collect();
+    let dead: Vec<&Sample> = outage.iter().filter(|s| s.key == DEAD).collect();
     let dead_redis = dead
         .iter()
         .filter(|s| s.verdict.source == Source::Redis)
@@ -304,11 +269,11 @@ async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> S
     }
     let live_degraded = all
         .iter()
-        .filter(|s| !s.dead_range && s.at >= t_kill && s.verdict.source != Source::Redis)
+        .filter(|s| s.key != DEAD && s.at >= t_kill && s.verdict.source != Source::Redis)
         .count();
     let live_total = all
         .iter()
-        .filter(|s| !s.dead_range && s.at >= t_kill)
+        .filter(|s| s.key != DEAD && s.at >= t_kill)
         .count();
     assert!(
         live_degraded * 100 <= live_total,
@@ -342,7 +307,7 @@ async fn scenario(cluster: &mut Cluster, policy: FailurePolicy, name: &str) -> S
         "{policy:?}: recovered {recovered:?} after the master rejoined"
     );
     cluster.wait_ok();
-    let after = load(&rl, keys, t0, Duration::from_millis(100)).await;
+    let after = load(&rl, &keys, t0, Duration::from_millis(100)).await;
     assert!(
         after.iter().all(|s| s.verdict.source == Source::Redis),
         "{policy:?}: after recovery"

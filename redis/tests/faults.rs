@@ -13,17 +13,16 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Server;
 use sluicegate::Quota;
 use sluicegate_redis::{
     Algorithm, Backend, BreakerConfig, Config, FailurePolicy, HybridConfig, HybridLimiter, Limit,
-    RedisLimiter, Source, Verdict,
+    RedisLimiter, Source,
 };
 
-use common::fault::{cfg, CONNECT, COOLDOWN, SLACK, TIMEOUT};
+use common::fault::{cfg, Sample, CONNECT, COOLDOWN, SLACK, TIMEOUT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -32,36 +31,9 @@ enum Fault {
     Pause,
 }
 
-struct Sample {
-    latency: Duration,
-    verdict: Verdict,
-}
-
 /// 8 tasks checking one key for `for_` (a check per millisecond each).
 async fn load(rl: &RedisLimiter, for_: Duration) -> Vec<Sample> {
-    let out = Arc::new(Mutex::new(Vec::new()));
-    let end = Instant::now() + for_;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (rl, out) = (rl.clone(), Arc::clone(&out));
-        tasks.push(tokio::spawn(async move {
-            let mut mine = Vec::new();
-            while Instant::now() < end && mine.len() < 2000 {
-                let t = Instant::now();
-                let verdict = rl.check("k").await.unwrap();
-                mine.push(Sample {
-                    latency: t.elapsed(),
-                    verdict,
-                });
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            out.lock().unwrap().extend(mine);
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    Arc::try_unwrap(out).ok().unwrap().into_inner().unwrap()
+    common::fault::load(rl, &["k"], Instant::now(), for_).await
 }
 
 fn percentile(s: &[Sample], p: f64) -> Duration {

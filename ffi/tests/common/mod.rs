@@ -2,20 +2,13 @@
 
 use std::mem::size_of;
 
+use sluicegate::Kind;
 use sluicegate_ffi::config::{sluicegate_algorithm, sluicegate_config};
 
-/// Every C algorithm value.
-pub const ALGORITHMS: [sluicegate_algorithm; 6] = {
-    use sluicegate_algorithm::*;
-    [
-        SLUICEGATE_TOKEN_BUCKET,
-        SLUICEGATE_LEAKY_BUCKET,
-        SLUICEGATE_SHAPER,
-        SLUICEGATE_FIXED_WINDOW,
-        SLUICEGATE_SLIDING_WINDOW,
-        SLUICEGATE_SLIDING_LOG,
-    ]
-};
+/// Every C algorithm value, in the order of `Kind::ALL`.
+pub fn algorithms() -> impl Iterator<Item = sluicegate_algorithm> {
+    Kind::ALL.into_iter().map(sluicegate_algorithm::from)
+}
 
 /// One second in nanoseconds.
 pub const SEC: u64 = 1_000_000_000;

@@ -8,7 +8,7 @@ use sluicegate::{Kind, Spec};
 use sluicegate_redis::{blocking, HybridConfig, Limit, Source};
 
 use super::options::{secs, PyRedisOptions};
-use crate::args::{opt_uint, Cost};
+use crate::args::Cost;
 use crate::decision::PyDecision;
 use crate::{aio, errors, quota, wait};
 
@@ -132,12 +132,7 @@ impl Remote {
             Some(d) => u64::try_from(secs(d, "max_delay")?.as_nanos()).unwrap_or(u64::MAX),
             None => 0,
         };
-        let quotas = quota::from_args(
-            limit,
-            opt_uint(amount, "amount")?,
-            period,
-            opt_uint(burst, "burst")?,
-        )?;
+        let quotas = quota::from_args(limit, amount, period, burst)?;
         match quotas.as_slice() {
             [q] => Limit::from_parts(kind, *q, max_delay_ns).map_err(errors::backend),
             several => {

@@ -1,9 +1,10 @@
 //! The fault tests' timings (tests/faults.rs, tests/cluster_faults.rs,
 //! tests/isolation.rs): short timeouts, so that a dead server is found out fast.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use sluicegate_redis::{BreakerConfig, Config, FailurePolicy};
+use sluicegate_redis::{BreakerConfig, Config, FailurePolicy, RedisLimiter, Verdict};
 
 pub const TIMEOUT: Duration = Duration::from_millis(25);
 pub const CONNECT: Duration = Duration::from_millis(25);
@@ -24,4 +25,47 @@ pub fn cfg(policy: FailurePolicy) -> Config {
         policy,
         ..Config::default()
     }
+}
+
+/// One check made under [`load`].
+pub struct Sample {
+    /// The index of the key checked in `load`'s `keys`.
+    pub key: usize,
+    /// When the check started, from `load`'s `t0`.
+    pub at: Duration,
+    /// How long the check took.
+    pub latency: Duration,
+    pub verdict: Verdict,
+}
+
+/// 8 tasks, task `i` checking `keys[i % keys.len()]` once a millisecond for
+/// `for_` (at most 2,000 checks each); every check's sample, in no set order.
+pub async fn load(rl: &RedisLimiter, keys: &[&str], t0: Instant, for_: Duration) -> Vec<Sample> {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let end = Instant::now() + for_;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (rl, out) = (rl.clone(), Arc::clone(&out));
+        let key = i % keys.len();
+        let name = keys[key].to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while Instant::now() < end && mine.len() < 2000 {
+                let t = Instant::now();
+                let verdict = rl.check(&name).await.unwrap();
+                mine.push(Sample {
+                    key,
+                    at: t - t0,
+                    latency: t.elapsed(),
+                    verdict,
+                });
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            out.lock().unwrap().extend(mine);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    Arc::try_unwrap(out).ok().unwrap().into_inner().unwrap()
 }
