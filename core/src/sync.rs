@@ -6,14 +6,14 @@
 //! has 64-bit atomics, its lock-free fallback on 32-bit MCUs such as `thumbv7m`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 /// Keyed-table slots swap a fingerprint and a state word together. Native
 /// `cmpxchg16b` on x86-64 (detected at run time), `casp`/`ldxp` on AArch64,
 /// portable-atomic's fallback elsewhere.
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::AtomicU128;
 #[cfg(not(loom))]
-pub(crate) use portable_atomic::{fence, AtomicU64, Ordering};
+pub(crate) use portable_atomic::{AtomicU64, Ordering, fence};
 
 /// Loom has no 128-bit atomic. Under the model a mutex-protected cell stands in:
 /// every operation is one atomic step of the model, which is exactly the
@@ -31,9 +31,6 @@ impl AtomicU128 {
     }
     pub(crate) fn load(&self, _: Ordering) -> u128 {
         *self.0.lock().unwrap()
-    }
-    pub(crate) fn store(&self, v: u128, _: Ordering) {
-        *self.0.lock().unwrap() = v;
     }
     pub(crate) fn compare_exchange(
         &self,
