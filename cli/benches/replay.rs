@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use sluicegate_cli::input::{Format, LogReader};
 use sluicegate_cli::replay::Replay;
-use sluicegate_cli::synth::{generate, write, Config};
+use sluicegate_cli::synth::{Config, generate, write};
 use sluicegate_policy::Policy;
 
 const RULES: &str = include_str!("../examples/shop-rules.toml");

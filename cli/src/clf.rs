@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use memchr::memchr;
 
-use crate::record::{present, split_request, Request};
+use crate::record::{Request, present, split_request};
 use crate::time::parse_clf;
 
 /// Why a line is not in the expected format (a fixed message: no allocation).

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sluicegate_cli::input::{open, Format, LogReader};
+use sluicegate_cli::input::{Format, LogReader, open};
 use sluicegate_cli::json::JsonFields;
 use sluicegate_cli::replay::Replay;
 use sluicegate_cli::report::Report;
@@ -216,7 +216,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 None => {
                     let stdout = io::stdout();
                     if stdout.is_terminal() && lines > 1000 {
-                        eprintln!("sluicegate: writing {lines} lines to a terminal; use -o FILE to write a file");
+                        eprintln!(
+                            "sluicegate: writing {lines} lines to a terminal; use -o FILE to write a file"
+                        );
                     }
                     let mut w = BufWriter::new(stdout.lock());
                     synth::write(&entries, format, &mut w).context("writing the log")?;
@@ -229,11 +231,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
 }
 
 fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
+    if n == 1 { "" } else { "s" }
 }
 
 /// A usage error found after parsing: exit status 2, as clap's own.

@@ -18,7 +18,7 @@ use std::fmt;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::record::{present, split_request, strip_query, Request};
+use crate::record::{Request, present, split_request, strip_query};
 use crate::time::parse_any;
 
 /// Which JSON fields hold the standard attributes: for each, candidates tried in
@@ -118,7 +118,7 @@ impl JsonFields {
                 return Err(format!(
                     "unknown attribute `{attribute}` for --field; expected one of {}",
                     Self::ATTRIBUTES.join(", ")
-                ))
+                ));
             }
         };
         *slot = vec![field.to_owned()];

@@ -160,7 +160,7 @@ pub fn lint(path: &str) -> Lint {
         Err(e) => {
             return Lint {
                 diagnostics: e.diagnostics().to_vec(),
-            }
+            };
         }
     };
     let mut diagnostics = def.warnings().to_vec();

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 use sluicegate_cli::input::Format;
-use sluicegate_cli::synth::{generate, write, Config, Entry};
+use sluicegate_cli::synth::{Config, Entry, generate, write};
 
 const RULES: &str = include_str!("../examples/shop-rules.toml");
 
@@ -117,9 +117,11 @@ fn replay_json_schema_and_gzip_and_stdin_agree() {
     );
     let samples = plain["malformed"].as_array().unwrap();
     assert_eq!(samples.len(), 10);
-    assert!(samples
-        .iter()
-        .all(|s| s["line"].is_u64() && s["reason"].is_string() && s["text"].is_string()));
+    assert!(
+        samples
+            .iter()
+            .all(|s| s["line"].is_u64() && s["reason"].is_string() && s["text"].is_string())
+    );
     let rules = plain["rules"].as_array().unwrap();
     let names: Vec<&str> = rules.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(

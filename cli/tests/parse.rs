@@ -4,10 +4,10 @@
 
 use std::io::Write;
 
-use flate2::{write::GzEncoder, Compression};
+use flate2::{Compression, write::GzEncoder};
 use indicatif::ProgressBar;
-use sluicegate_cli::input::{open, Format, LogReader};
-use sluicegate_cli::synth::{generate, logged_time_ns, write, Config, Entry, Event};
+use sluicegate_cli::input::{Format, LogReader, open};
+use sluicegate_cli::synth::{Config, Entry, Event, generate, logged_time_ns, write};
 
 fn expected(entries: &[Entry]) -> (Vec<&Event>, usize) {
     let events: Vec<&Event> = entries
@@ -76,10 +76,12 @@ fn every_format_reads_back_what_was_generated() {
             );
             assert_eq!(stats.skipped, malformed as u64);
             assert_eq!(stats.samples.len(), 10);
-            assert!(stats
-                .samples
-                .iter()
-                .all(|s| s.source == "test.log" && !s.reason.is_empty()));
+            assert!(
+                stats
+                    .samples
+                    .iter()
+                    .all(|s| s.source == "test.log" && !s.reason.is_empty())
+            );
             for (row, ev) in rows.iter().zip(&events) {
                 let combined = format != Format::Common;
                 let want: Row = (

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use sluicegate_cli::input::{Format, LogReader};
 use sluicegate_cli::replay::Replay;
 use sluicegate_cli::report::Report;
-use sluicegate_cli::synth::{generate, logged_time_ns, write, Config, Entry, Event, SCRAPER_IP};
+use sluicegate_cli::synth::{Config, Entry, Event, SCRAPER_IP, generate, logged_time_ns, write};
 use sluicegate_policy::Policy;
 
 const RULES: &str = include_str!("../examples/shop-rules.toml");

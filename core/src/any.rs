@@ -21,7 +21,7 @@ use crate::kind::Kind;
 use crate::quota::Quota;
 use crate::receipt::Receipt;
 use crate::spec::{Spec, SpecError};
-use crate::sync::{spin_loop, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, spin_loop};
 
 /// What a check answered: the decision, and the shaper's wait.
 ///

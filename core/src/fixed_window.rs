@@ -13,9 +13,9 @@
 
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::limiter::{constructors, Algorithm, Step, PARAM_WORDS};
+use crate::limiter::{Algorithm, PARAM_WORDS, Step, constructors};
 use crate::quota::Quota;
-use crate::word::{check_limit, Layout};
+use crate::word::{Layout, check_limit};
 
 /// Validated fixed-window parameters.
 ///

@@ -103,7 +103,7 @@ pub use fixed_window::{Fixed, FixedParams};
 pub use keyed::AnyKeyed;
 pub use kind::{Caps, Kind, UnknownKind};
 pub use limiter::{Algorithm, Limiter, Step};
-pub use parse::{parse_quota, parse_quotas, ParseError, ParseErrorKind};
+pub use parse::{ParseError, ParseErrorKind, parse_quota, parse_quotas};
 pub use quota::Quota;
 #[cfg(feature = "alloc")]
 pub use receipt::Receipt;

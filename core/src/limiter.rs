@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, InsufficientCapacity};
 use crate::quota::Quota;
-use crate::sync::{fence, order, spin_loop, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, fence, order, spin_loop};
 
 /// How many `u64`s an algorithm's parameters take in the config cell.
 pub const PARAM_WORDS: usize = 4;

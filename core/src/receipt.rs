@@ -93,11 +93,7 @@ impl Receipt {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub const fn units(&self) -> u64 {
-        if self.len == 0 {
-            0
-        } else {
-            self.n
-        }
+        if self.len == 0 { 0 } else { self.n }
     }
 
     /// The charged limits' (before, after) words, if `owner` issued it.

@@ -41,9 +41,9 @@ use core::time::Duration;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, InsufficientCapacity};
-use crate::limiter::{Algorithm, Core, Step, PARAM_WORDS};
+use crate::limiter::{Algorithm, Core, PARAM_WORDS, Step};
 use crate::quota::Quota;
-use crate::sync::{order, Ordering};
+use crate::sync::{Ordering, order};
 use crate::token_bucket::GcraParams;
 
 /// Validated shaper parameters: the bucket's plus the longest wait granted.

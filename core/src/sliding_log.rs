@@ -28,8 +28,8 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, InsufficientCapacity};
 use crate::fixed_window::until;
 use crate::quota::Quota;
-use crate::spec::{log_check, log_params, Spec, SpecError};
-use crate::sync::{spin_loop, AtomicU64, Ordering};
+use crate::spec::{Spec, SpecError, log_check, log_params};
+use crate::sync::{AtomicU64, Ordering, spin_loop};
 
 /// The exact sliding window log (see the [module docs](self)).
 ///

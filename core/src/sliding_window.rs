@@ -67,7 +67,7 @@
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::fixed_window::until;
-use crate::limiter::{constructors, Algorithm, Step, PARAM_WORDS};
+use crate::limiter::{Algorithm, PARAM_WORDS, Step, constructors};
 use crate::quota::Quota;
 use crate::word::Layout;
 

@@ -11,7 +11,7 @@ use core::fmt;
 
 use crate::error::ConfigError;
 use crate::kind::Kind;
-use crate::parse::{parse_quotas_into, ParseError, ParseErrorKind};
+use crate::parse::{ParseError, ParseErrorKind, parse_quotas_into};
 use crate::quota::Quota;
 
 /// An algorithm, one to [`Spec::MAX_LIMITS`] quotas admitted all-or-nothing, and

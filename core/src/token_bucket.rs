@@ -28,7 +28,7 @@
 
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::limiter::{constructors, Algorithm, Step, PARAM_WORDS};
+use crate::limiter::{Algorithm, PARAM_WORDS, Step, constructors};
 use crate::quota::Quota;
 
 /// Validated token-bucket parameters.
@@ -79,7 +79,7 @@ impl GcraParams {
                 return Err(ConfigError::TooLarge {
                     field: "burst",
                     max: u64::MAX / t,
-                })
+                });
             }
         };
         Ok(Self { t, tau, burst })

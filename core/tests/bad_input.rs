@@ -7,7 +7,7 @@ mod model;
 
 use core::time::Duration;
 
-use model::{sliding_max_limit, window_max_count, LOG_MAX_CAPACITY, NEVER, WIDE_MAX_LIMIT};
+use model::{LOG_MAX_CAPACITY, NEVER, WIDE_MAX_LIMIT, sliding_max_limit, window_max_count};
 use proptest::prelude::*;
 use sluicegate::{
     Compound, ConfigError, Decision, Fixed, FixedWindow, Gcra, InsufficientCapacity, LeakyBucket,

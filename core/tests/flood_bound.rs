@@ -8,8 +8,8 @@
 //! --nocapture` prints the matrix.
 #![cfg(all(feature = "std", not(miri)))]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluicegate::keyed::KeyedLimiter;
 use sluicegate::{Gcra, Quota};

@@ -3,12 +3,12 @@
 #![cfg(feature = "std")]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 mod common;
 
-use common::{fixed_hasher, keyed_traffic, seeded_table, SeededTable};
+use common::{SeededTable, fixed_hasher, keyed_traffic, seeded_table};
 use proptest::prelude::*;
 use sluicegate::keyed::{FullPolicy, KeyedLimiter};
 use sluicegate::{Algorithm, Fixed, Gcra, Limiter, Quota, Sliding};

@@ -2,8 +2,8 @@
 //! properties over generated strings (round trips, never a panic).
 
 use proptest::prelude::*;
-use sluicegate::parse::{parse_quota, parse_quotas, parse_quotas_into, ParseError, ParseErrorKind};
 use sluicegate::Quota;
+use sluicegate::parse::{ParseError, ParseErrorKind, parse_quota, parse_quotas, parse_quotas_into};
 
 const SEC: u64 = 1_000_000_000;
 

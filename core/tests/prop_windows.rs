@@ -50,7 +50,7 @@ fn quota(counts: u32) -> impl Strategy<Value = Quota> {
 
 /// A new limit for the same window (sometimes a different window, or 0, or one
 /// above the layout's maximum: errors that must change nothing).
-fn reconfig(q: &Quota, counts: u32) -> impl Strategy<Value = Quota> {
+fn reconfig(q: &Quota, counts: u32) -> impl Strategy<Value = Quota> + use<> {
     let window = q.period_ns();
     let max = layout_max(q, counts);
     prop_oneof![
@@ -248,7 +248,10 @@ fn aggregate_admissions_equal_the_exact_rule() {
             }
         }
         let excess = (ours as f64 / theirs as f64 - 1.0) * 100.0;
-        println!("{limit}/{}s: admitted {ours}, exact rule {theirs} ({excess:+.2}%), {requests} requests", window / 1_000_000_000);
+        println!(
+            "{limit}/{}s: admitted {ours}, exact rule {theirs} ({excess:+.2}%), {requests} requests",
+            window / 1_000_000_000
+        );
         assert_eq!(ours, theirs, "{limit}/{window}ns");
     }
 }

@@ -13,10 +13,11 @@ fn every_kind_round_trips_its_name() {
         assert_eq!(Kind::from_name(k.name()), Some(k));
         assert_eq!(k.name().parse::<Kind>(), Ok(k));
         assert_eq!(k.to_string(), k.name());
-        assert!(k
-            .name()
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b == b'_'));
+        assert!(
+            k.name()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_')
+        );
     }
     let mut names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
     names.sort_unstable();

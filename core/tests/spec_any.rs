@@ -189,7 +189,7 @@ fn set_spec_keeps_the_state_and_rejects_what_cannot_change() {
     assert_eq!(l.spec(), wider);
     let d = l.check_n_at(1, 0).unwrap().decision;
     assert!(d.allowed && d.remaining == 0, "{d:?}"); // the 2 taken still count
-                                                     // A window's length: rejected by the part's own check, nothing changed.
+    // A window's length: rejected by the part's own check, nothing changed.
     let longer = Spec::parse(Kind::SlidingWindow, "5/s; 10/h").unwrap();
     assert!(matches!(
         l.set_spec(&longer),

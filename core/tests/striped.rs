@@ -1,8 +1,8 @@
 //! The striped limiter: the whole-quota bound across threads, borrowing, gathering.
 #![cfg(feature = "std")]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
 use sluicegate::{Quota, Striped};

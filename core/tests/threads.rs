@@ -3,8 +3,8 @@
 //! nothing less (no lost update) — and the compound limiter never lets any part
 //! exceed its own limit.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 
 use sluicegate::{

@@ -1,8 +1,8 @@
 //! Waiting for capacity: blocking and async.
 #![cfg(feature = "std")]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluicegate::{Quota, TokenBucket, Wait, WaitError};

@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::{get, post};
 use axum::Router;
+use axum::routing::{get, post};
 use sluicegate_policy::{Policy, PolicyLayer, Watcher};
 
 const RULES: &str = r#"

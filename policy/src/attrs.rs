@@ -105,8 +105,8 @@ impl AttrName {
             Some(c) if c.is_ascii_lowercase() => {}
             Some(_) => {
                 return Err(format!(
-                "attribute `{name}`: a name starts with a lower-case letter (or is `header:<name>`)"
-            ))
+                    "attribute `{name}`: a name starts with a lower-case letter (or is `header:<name>`)"
+                ));
             }
             None => return Err("an attribute name cannot be empty".into()),
         }

@@ -39,7 +39,7 @@ use crate::attrs::AttrName;
 use crate::backend::Answer;
 use crate::decision::{Decision, Item, Pending, Stage};
 use crate::def::Mode;
-use crate::index::{bits, Mask};
+use crate::index::{Mask, bits};
 use crate::key::{KeyRef, Lookup};
 use crate::metrics::bump;
 use crate::policy::{Compiled, Rule};

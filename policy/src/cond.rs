@@ -222,8 +222,10 @@ mod tests {
         assert!(Cidr::parse("10.0.0.0/33").is_err());
         assert!(Cidr::parse("nope").is_err());
         assert_eq!(Cidr::parse("0.0.0.0/0").unwrap().prefix, 0);
-        assert!(Cidr::parse("0.0.0.0/0")
-            .unwrap()
-            .contains(&"1.2.3.4".parse().unwrap()));
+        assert!(
+            Cidr::parse("0.0.0.0/0")
+                .unwrap()
+                .contains(&"1.2.3.4".parse().unwrap())
+        );
     }
 }

@@ -19,13 +19,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::attrs::Attrs;
-use crate::cond::{parse_ip, Cidr};
+use crate::cond::{Cidr, parse_ip};
 use crate::{Decision, Policy};
 
 /// Attributes the application adds to a request (e.g. `tenant` from an earlier

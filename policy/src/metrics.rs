@@ -129,16 +129,19 @@ pub(crate) fn write_text(out: &mut String, rules: &[RuleStats], reload: &ReloadS
         let _ = writeln!(o, "{name}{{result=\"error\"}} {}", reload.failures);
     });
     let name = "sluicegate_policy_last_reload_error";
-    family(name, "gauge", "1 while the last reload failed (the message is the label; the previous policy stays in force).", &mut |o| {
-        match &reload.last_error {
+    family(
+        name,
+        "gauge",
+        "1 while the last reload failed (the message is the label; the previous policy stays in force).",
+        &mut |o| match &reload.last_error {
             Some(e) => {
                 let _ = writeln!(o, "{name}{{message=\"{}\"}} 1", Escaped(e));
             }
             None => {
                 let _ = writeln!(o, "{name}{{message=\"\"}} 0");
             }
-        }
-    });
+        },
+    );
 }
 
 /// A label value with `\`, `"` and newlines escaped.

@@ -25,14 +25,14 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sluicegate::{Decision, Outcome, Spec};
 use sluicegate_redis::{
-    blocking, Backend as RedisBackend, Config, Error as RedisError, FailurePolicy, HybridConfig,
-    Limit, Source,
+    Backend as RedisBackend, Config, Error as RedisError, FailurePolicy, HybridConfig, Limit,
+    Source, blocking,
 };
 
 use crate::backend::{BackendError, RemoteFactory, RemoteLimiter};

@@ -28,7 +28,7 @@ use crate::backend::{Limiter, RemoteFactory};
 use crate::def::{Backend, PolicyDef};
 use crate::diag::{Code, Diagnostic, Error, Severity};
 use crate::metrics::RuleMetrics;
-use crate::policy::{compile, read, Compiled, Policy};
+use crate::policy::{Compiled, Policy, compile, read};
 
 type Parts = (Arc<Limiter>, Arc<RuleMetrics>);
 

@@ -9,10 +9,10 @@ use sluicegate::{Kind, Spec, SpecError};
 use crate::attrs::AttrName;
 use crate::cond::{Cidr, Cond, Value};
 use crate::def::{
-    Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, DEFAULT_CAPACITY, DEFAULT_KIND,
+    Backend, DEFAULT_CAPACITY, DEFAULT_KIND, Mode, OnError, PolicyDef, RedisSettings, RuleDef,
 };
 use crate::diag::{Code, Diagnostic, Error, Lines, Severity};
-use crate::raw::{content_start, RawFile, RawRule, RawValue, S};
+use crate::raw::{RawFile, RawRule, RawValue, S, content_start};
 
 /// The most keys one rule's table may be asked for (2³²; 16 bytes each).
 const MAX_CAPACITY: i64 = 1 << 32;
@@ -313,7 +313,9 @@ fn rule(cx: &mut Ctx<'_>, r: &RawRule, d: &Defaults, line: usize) -> Option<Rule
     }
     let caps = kind.caps();
     if !key.is_empty() && !caps.keyed {
-        let msg = format!("{kind} cannot be keyed (its state is not one word); use it with key = [] or pick a keyed algorithm");
+        let msg = format!(
+            "{kind} cannot be keyed (its state is not one word); use it with key = [] or pick a keyed algorithm"
+        );
         cx.at(Severity::Error, Code::Limit, kind_at, msg);
     }
     let mut stripes = 1;

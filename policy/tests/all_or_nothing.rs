@@ -5,8 +5,8 @@
 //! doubled) and never more than its quota (no over-admission).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluicegate_policy::Policy;
 

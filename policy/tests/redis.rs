@@ -7,12 +7,12 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sluicegate_policy::redis::{RedisFactory, RedisSource};
 use sluicegate_policy::Policy;
+use sluicegate_policy::redis::{RedisFactory, RedisSource};
 
 /// A redis-server of this test's, killed on drop.
 struct Server {

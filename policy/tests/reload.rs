@@ -2,8 +2,8 @@
 //! rules keep their state, new limits apply within 1 s, an invalid file keeps the
 //! old policy. Bounded: a few seconds at most.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluicegate_policy::{Policy, Watcher};

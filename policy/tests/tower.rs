@@ -7,8 +7,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::{get, post};
 use axum::Router;
+use axum::routing::{get, post};
 use sluicegate_policy::{Policy, PolicyLayer};
 
 const RULES: &str = r#"
@@ -121,10 +121,11 @@ fn axum_end_to_end() {
     let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!((29..=30).contains(&retry), "{retry}");
     assert_eq!(r.header("ratelimit-policy"), Some(r#""login";q=2;w=60"#));
-    assert!(r
-        .header("ratelimit")
-        .unwrap()
-        .starts_with("\"login\";r=0;t="));
+    assert!(
+        r.header("ratelimit")
+            .unwrap()
+            .starts_with("\"login\";r=0;t=")
+    );
     assert!(r.body.contains("\"status\":429"), "{}", r.body);
     assert!(r.body.contains("\"rules\":[\"login\"]"), "{}", r.body);
 

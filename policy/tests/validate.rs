@@ -41,9 +41,11 @@ fn unknown_attribute_syntax_in_match_and_key() {
 fn unknown_algorithm_in_rule_and_defaults() {
     let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nalgorithm = \"gcra\"\n";
     assert_eq!(one(text), (Code::UnknownAlgorithm, 4, 13, rule("a")));
-    assert!(errors(text)[0]
-        .message
-        .contains("token_bucket, leaky_bucket"));
+    assert!(
+        errors(text)[0]
+            .message
+            .contains("token_bucket, leaky_bucket")
+    );
     let text = "[defaults]\nalgorithm = \"leaky\"\n";
     assert_eq!(one(text), (Code::UnknownAlgorithm, 2, 13, None));
 }
@@ -204,10 +206,11 @@ match = { path = "api/*" }
             (Code::NeverMatches, 20, 18, rule("d")),
         ]
     );
-    assert!(def
-        .warnings()
-        .iter()
-        .all(|d| d.severity == Severity::Warning));
+    assert!(
+        def.warnings()
+            .iter()
+            .all(|d| d.severity == Severity::Warning)
+    );
     assert!(def.warnings()[3].message.contains("rule `a` (line 3)"));
 }
 

@@ -7,7 +7,7 @@ use core::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
 use super::engine::{BuildKeyed, Engine};
-use super::{random_hasher, DefaultHashBuilder, FullPolicy, KeyedStats};
+use super::{DefaultHashBuilder, FullPolicy, KeyedStats, random_hasher};
 use crate::any::Outcome;
 use crate::clock::Clock;
 use crate::error::InsufficientCapacity;

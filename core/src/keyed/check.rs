@@ -3,8 +3,8 @@
 
 use core::hash::{BuildHasher, Hash};
 
-use super::slot::Group;
 use super::Keyed;
+use super::slot::Group;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::InsufficientCapacity;

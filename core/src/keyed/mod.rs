@@ -109,8 +109,8 @@ use crate::quota::Quota;
 #[cfg(feature = "std")]
 pub use any::{AnyKeyed, KeyHash};
 use sketch::Cells;
+pub use slot::{GROUP_SLOTS, Group, Slot};
 use slot::{fp_of, state_of};
-pub use slot::{Group, Slot, GROUP_SLOTS};
 use stats::Stats;
 pub use stats::{FullPolicy, KeyedStats};
 

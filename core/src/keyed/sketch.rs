@@ -25,7 +25,7 @@
 use alloc::boxed::Box;
 
 use crate::limiter::Algorithm;
-use crate::sync::{order, AtomicU64};
+use crate::sync::{AtomicU64, order};
 
 /// Cells per evicted key.
 pub(super) const HASHES: usize = 3;

@@ -4,7 +4,7 @@
 use crossbeam_utils::CachePadded;
 
 use crate::limiter::StateCell;
-use crate::sync::{order, spin_loop, AtomicU128};
+use crate::sync::{AtomicU128, order, spin_loop};
 
 /// Slots per group (2 under loom, to keep the model's state space small: the
 /// algorithm does not depend on the group size).

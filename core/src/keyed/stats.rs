@@ -2,7 +2,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{order, AtomicU64};
+use crate::sync::{AtomicU64, order};
 
 /// What to do with a new key when all its candidate slots hold live state.
 ///

@@ -4,14 +4,14 @@
 
 use core::hash::BuildHasher;
 
-use super::slot::{claimed, fp_of, state_of, Group, KeySlot, Slot, FP_MASK};
-use super::stats::{Event, FullPolicy};
 use super::Keyed;
+use super::slot::{FP_MASK, Group, KeySlot, Slot, claimed, fp_of, state_of};
+use super::stats::{Event, FullPolicy};
 use crate::decision::Decision;
 use crate::error::InsufficientCapacity;
 #[cfg(feature = "std")]
 use crate::limiter::give_back_cell;
-use crate::limiter::{apply_cell, Algorithm, Step};
+use crate::limiter::{Algorithm, Step, apply_cell};
 
 /// Groups a key may live in: its home group and an independent second choice.
 pub(super) const PROBE_GROUPS: usize = 2;

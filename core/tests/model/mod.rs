@@ -39,11 +39,7 @@ pub fn config(cases: u32) -> ProptestConfig {
 
 /// The longest traces: short under miri.
 pub fn trace_len() -> core::ops::Range<usize> {
-    if cfg!(miri) {
-        1..10
-    } else {
-        1..64
-    }
+    if cfg!(miri) { 1..10 } else { 1..64 }
 }
 
 // ---------------------------------------------------------------------------------
@@ -638,11 +634,7 @@ impl SlidingModel {
         } else {
             let m = WIDE_MODULUS as i128;
             let d = (k as i128 - stored as i128).rem_euclid(m);
-            if d >= m - self.band as i128 {
-                d - m
-            } else {
-                d
-            }
+            if d >= m - self.band as i128 { d - m } else { d }
         };
         match behind {
             0 => (k, prev, cur, into),
