@@ -65,9 +65,10 @@ fn time_1t<K: StripeCheck>(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, k: &K
     let step = K::STEP_NS.unwrap_or(0);
     let mut now = START_NS;
     g.bench_function(id, |b| {
+        // Returns (): see `direct::time`.
         b.iter(|| {
             now += step;
-            black_box(k.call(0, black_box(now)))
+            black_box(k.call(0, black_box(now)));
         })
     });
 }
