@@ -26,7 +26,7 @@
 //! longest `reset_after`.
 
 use crate::clock::Clock;
-use crate::decision::Decision;
+use crate::decision::{Decision, or_never};
 use crate::error::{ConfigError, InsufficientCapacity};
 use crate::limiter::{Algorithm, Core, PARAM_WORDS};
 use crate::quota::Quota;
@@ -216,12 +216,6 @@ pub(crate) fn charge_all<A: Algorithm, R>(
     // Every part was charged from the word its peek decided on: the answer is the
     // peek's.
     finish(Ok(peeked))
-}
-
-/// `check_at`'s mapping: a cost that can never fit is a denial.
-#[inline(always)]
-fn or_never(r: Result<Decision, InsufficientCapacity>) -> Decision {
-    r.unwrap_or_else(|e| Decision::never(e.capacity))
 }
 
 /// [`charge_all`] from part `first` on, once its word changed after the peek:

@@ -89,3 +89,10 @@ impl Decision {
         self.retry_after_ns.div_ceil(1_000_000_000)
     }
 }
+
+/// `check_at`'s mapping of a `check_n_at` answer: a cost that can never fit is a
+/// denial ([`Decision::never`]).
+#[inline(always)]
+pub(crate) fn or_never(r: Result<Decision, crate::error::InsufficientCapacity>) -> Decision {
+    r.unwrap_or_else(|e| Decision::never(e.capacity))
+}

@@ -26,7 +26,7 @@ use crossbeam_utils::CachePadded;
 
 #[cfg(all(feature = "std", not(loom)))]
 use crate::clock::Clock;
-use crate::decision::Decision;
+use crate::decision::{Decision, or_never};
 use crate::error::{ConfigError, InsufficientCapacity};
 use crate::limiter::{Algorithm, ConfigCell, Core};
 use crate::quota::Quota;
@@ -126,10 +126,7 @@ impl<const N: usize, C> Striped<N, C> {
     /// assert!(!s.check_at_stripe(7, 0).allowed);
     /// ```
     pub fn check_at_stripe(&self, stripe: usize, now: u64) -> Decision {
-        match self.check_n_at_stripe(stripe, 1, now) {
-            Ok(d) => d,
-            Err(e) => Decision::never(e.capacity),
-        }
+        or_never(self.check_n_at_stripe(stripe, 1, now))
     }
 
     /// Admits `n` units at `now` all-or-nothing, starting from stripe `stripe`.

@@ -131,9 +131,7 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
-        self.engine
-            .run(h, n, now, true, &|| now, None)
-            .map(|(o, _)| o)
+        self.engine.run(h, n, &|| now, true, None).map(|(o, _)| o)
     }
 
     /// What [`Self::check_n_at`] would answer, charging nothing.
@@ -154,9 +152,7 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
-        self.engine
-            .run(h, n, now, false, &|| now, None)
-            .map(|(o, _)| o)
+        self.engine.run(h, n, &|| now, false, None).map(|(o, _)| o)
     }
 
     /// The key's hash under this table's secret seed, to check it several times
@@ -195,7 +191,7 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         self.engine
-            .run(key.0, n, now, true, &|| now, None)
+            .run(key.0, n, &|| now, true, None)
             .map(|(o, _)| o)
     }
 
@@ -215,7 +211,7 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         self.engine
-            .run(key.0, n, now, false, &|| now, None)
+            .run(key.0, n, &|| now, false, None)
             .map(|(o, _)| o)
     }
 
@@ -266,7 +262,7 @@ impl<C> AnyKeyed<C> {
         receipt.len = 0;
         let (o, len) = self
             .engine
-            .run(key.0, n, now, true, &|| now, Some(&mut receipt.taken))?;
+            .run(key.0, n, &|| now, true, Some(&mut receipt.taken))?;
         if len > 0 {
             receipt.owner = self.owner();
             receipt.key = key.0;
@@ -429,7 +425,7 @@ impl<C: Clock> AnyKeyed<C> {
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
         self.engine
-            .run(h, n, self.clock.now(), true, &|| self.clock.now(), None)
+            .run(h, n, &|| self.clock.now(), true, None)
             .map(|(o, _)| o)
     }
 

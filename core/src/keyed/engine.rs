@@ -21,15 +21,17 @@ pub(super) type Taken = [(u64, u64); Spec::MAX_LIMITS];
 
 /// The tables behind an [`super::AnyKeyed`], generic over the algorithm.
 pub(super) trait Engine: Send + Sync + fmt::Debug {
-    /// One decision for the key of hash `h`; with `taken`, a consuming admission
-    /// records what each limit took there and returns how many it recorded.
+    /// One decision for the key of hash `h` at the time `now` reads; with
+    /// `taken`, a consuming admission records what each limit took there and
+    /// returns how many it recorded. `now` is read once for the decision, after
+    /// a one-limit table has looked the key up (`Keyed::run_with`), and again
+    /// for the time of a give-back.
     fn run(
         &self,
         h: u64,
         n: u64,
-        now: u64,
+        now: &dyn Fn() -> u64,
         consume: bool,
-        refund_now: &dyn Fn() -> u64,
         taken: Option<&mut Taken>,
     ) -> Result<(Outcome, usize), InsufficientCapacity>;
     /// Gives back `n` units the key of hash `h` took (as recorded in `taken`).
@@ -54,13 +56,12 @@ where
         &self,
         h: u64,
         n: u64,
-        now: u64,
+        now: &dyn Fn() -> u64,
         consume: bool,
-        refund_now: &dyn Fn() -> u64,
         taken: Option<&mut Taken>,
     ) -> Result<(Outcome, usize), InsufficientCapacity> {
         if let [one] = &*self.0 {
-            let (step, prev) = one.run(h, n, now, consume)?;
+            let (step, prev) = one.run_with(h, n, now, consume)?;
             let admitted = consume && step.decision.allowed;
             let mut len = 0;
             match (taken, step.next) {
@@ -77,6 +78,7 @@ where
         }
         // All-or-nothing per key: peek every limit, then charge them in order and
         // give back what was charged if one denies (a racing request got there).
+        let (refund_now, now) = (now, now());
         let mut combined = None;
         for t in self.0.iter() {
             let (step, _) = t.run(h, n, now, false)?;

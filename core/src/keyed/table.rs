@@ -84,16 +84,35 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
         now: u64,
         consume: bool,
     ) -> Result<(Step, u64), InsufficientCapacity> {
+        self.run_with(h, n, || now, consume)
+    }
+
+    /// [`Self::run`] with the time read by `now` once the key's slot has been
+    /// looked up: the lookup's cache misses overlap the clock read instead of
+    /// waiting for it.
+    #[inline]
+    pub(super) fn run_with(
+        &self,
+        h: u64,
+        n: u64,
+        now: impl FnOnce() -> u64,
+        consume: bool,
+    ) -> Result<(Step, u64), InsufficientCapacity> {
         let probe = self.probe(h);
+        let mut hit = Self::find(&probe);
+        let now = now();
         loop {
-            if let Some((slot, v)) = Self::find(&probe) {
+            if let Some((slot, v)) = hit {
                 let cell = KeySlot { slot, fp: probe.fp };
                 // Parameters are read after the slot, as in the single limiter
                 // (limiter.rs explains why the order matters for `set_quota`).
                 match apply_cell::<A, _>(&cell, v, || self.params(), now, n, consume)? {
                     Some(done) => return Ok(done),
                     // Another key took the slot over: look again.
-                    None => continue,
+                    None => {
+                        hit = Self::find(&probe);
+                        continue;
+                    }
                 }
             }
             if !consume {
@@ -105,6 +124,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
             if let Some(step) = self.place(&probe, n, now)? {
                 return Ok(step);
             }
+            hit = Self::find(&probe);
         }
     }
 
