@@ -330,7 +330,7 @@ macro_rules! gcra_algorithm {
             fn capacity(p: &GcraParams) -> u64 {
                 p.burst
             }
-            #[inline]
+            #[inline(always)]
             fn decide(p: &GcraParams, word: u64, now: u64, n: u64) -> Step {
                 p.decide(word, now, n, 0)
             }

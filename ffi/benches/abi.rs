@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::ptr;
 
 use criterion::{criterion_main, Criterion};
-use sluicegate::{Quota, TokenBucket};
+use sluicegate::{AnyKeyed, AnyLimiter, Kind, Quota, Spec, TokenBucket};
 use sluicegate_ffi::config::sluicegate_algorithm;
 use sluicegate_ffi::keyed::{
     sluicegate_keyed_check_at, sluicegate_keyed_free, sluicegate_keyed_new,
@@ -55,6 +55,11 @@ fn config() -> sluicegate_config {
     }
 }
 
+/// [`config`] as a spec, for the type-erased handles the C ABI wraps.
+fn spec() -> Spec {
+    Spec::new(Kind::TokenBucket, &[Quota::per_second(AMOUNT).burst(BURST)]).unwrap()
+}
+
 fn single(c: &mut Criterion) {
     let mut g = c.benchmark_group("check_at");
     let rust = TokenBucket::with_clock(Quota::per_second(AMOUNT).burst(BURST), ()).unwrap();
@@ -63,6 +68,17 @@ fn single(c: &mut Criterion) {
         b.iter(|| {
             now += 1;
             black_box(rust.check_at(black_box(now)));
+        })
+    });
+
+    // The type behind the C handle, called from Rust: `c_abi − rust_any` is the
+    // boundary itself, `rust_any − rust` the type erasure.
+    let any = AnyLimiter::with_clock(&spec(), ()).unwrap();
+    let mut now = 0u64;
+    g.bench_function("rust_any", |b| {
+        b.iter(|| {
+            now += 1;
+            let _ = black_box(any.check_n_at(1, black_box(now)));
         })
     });
 
@@ -100,6 +116,15 @@ fn keyed(c: &mut Criterion) {
         b.iter(|| {
             now += 1;
             black_box(rust.check_at(black_box(&key[..]), black_box(now)));
+        })
+    });
+
+    let any = AnyKeyed::with_clock(&spec(), 1024, ()).unwrap();
+    let mut now = 0u64;
+    g.bench_function("rust_any", |b| {
+        b.iter(|| {
+            now += 1;
+            let _ = black_box(any.check_n_at(black_box(&key[..]), 1, black_box(now)));
         })
     });
 

@@ -131,7 +131,9 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
-        self.engine.run(h, n, &|| now, true, None).map(|(o, _)| o)
+        self.engine
+            .run(h, n, &|| now, true, None)
+            .map(|r| r.outcome())
     }
 
     /// What [`Self::check_n_at`] would answer, charging nothing.
@@ -152,7 +154,9 @@ impl<C> AnyKeyed<C> {
         now: u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         let h = self.hasher.hash_one(key);
-        self.engine.run(h, n, &|| now, false, None).map(|(o, _)| o)
+        self.engine
+            .run(h, n, &|| now, false, None)
+            .map(|r| r.outcome())
     }
 
     /// The key's hash under this table's secret seed, to check it several times
@@ -192,7 +196,7 @@ impl<C> AnyKeyed<C> {
     ) -> Result<Outcome, InsufficientCapacity> {
         self.engine
             .run(key.0, n, &|| now, true, None)
-            .map(|(o, _)| o)
+            .map(|r| r.outcome())
     }
 
     /// [`Self::peek_n_at`] for a key hashed by [`Self::key_hash`].
@@ -212,7 +216,7 @@ impl<C> AnyKeyed<C> {
     ) -> Result<Outcome, InsufficientCapacity> {
         self.engine
             .run(key.0, n, &|| now, false, None)
-            .map(|(o, _)| o)
+            .map(|r| r.outcome())
     }
 
     /// [`Self::check_n_at`], writing into `receipt` what it took, for
@@ -260,9 +264,10 @@ impl<C> AnyKeyed<C> {
         receipt: &mut Receipt,
     ) -> Result<Outcome, InsufficientCapacity> {
         receipt.len = 0;
-        let (o, len) = self
+        let ran = self
             .engine
             .run(key.0, n, &|| now, true, Some(&mut receipt.taken))?;
+        let (o, len) = (ran.outcome(), ran.taken);
         if len > 0 {
             receipt.owner = self.owner();
             receipt.key = key.0;
@@ -426,7 +431,7 @@ impl<C: Clock> AnyKeyed<C> {
         let h = self.hasher.hash_one(key);
         self.engine
             .run(h, n, &|| self.clock.now(), true, None)
-            .map(|(o, _)| o)
+            .map(|r| r.outcome())
     }
 
     /// [`Self::peek_n_at`] on the clock.

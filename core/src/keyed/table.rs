@@ -60,7 +60,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn find<'a>(probe: &Probe<'a>) -> Option<(&'a Slot, u128)> {
         for g in &probe.window[..probe.probe] {
             for s in g.slots() {
