@@ -10,7 +10,7 @@ use sluicegate::{Clock, Kind, Outcome, SpecError};
 
 use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
-use crate::decision::PyDecision;
+use crate::decision::{DecisionCache, PyDecision};
 use crate::limiters::spec_of;
 use crate::quota::{self, describe_all};
 
@@ -145,6 +145,7 @@ impl PyKeyedStats {
 pub struct PyKeyedLimiter {
     inner: AnyKeyed<PyClock>,
     policy: FullPolicy,
+    last: DecisionCache,
 }
 
 #[pymethods]
@@ -183,16 +184,20 @@ impl PyKeyedLimiter {
         let inner = AnyKeyed::with_clock(&spec, capacity, PyClock::from_arg(clock))
             .map_err(|e| table_error(e, capacity))?
             .with_policy(policy);
-        Ok(Self { inner, policy })
+        Ok(Self {
+            inner,
+            policy,
+            last: DecisionCache::default(),
+        })
     }
 
     /// Takes `n` units for `key`.
     #[pyo3(signature = (key, n = Cost::ONE))]
     #[inline]
-    fn check(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<PyDecision> {
+    fn check(&self, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<Py<PyDecision>> {
         let n = n.0;
         match with_key(key, |k| self.inner.check_n(k, n))? {
-            Ok(o) => Ok(o.decision.into()),
+            Ok(o) => self.last.object(key.py(), o.decision, n),
             Err(e) => Err(errors::capacity(e)),
         }
     }

@@ -11,7 +11,7 @@ use sluicegate::{AnyLimiter, Kind, Outcome, Spec};
 
 use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
-use crate::decision::PyDecision;
+use crate::decision::{DecisionCache, PyDecision};
 use crate::quota::{self, describe_all};
 use crate::{errors, wait};
 
@@ -31,12 +31,20 @@ pub fn spec_of(
 #[pyclass(subclass, frozen, name = "_Limiter", module = "sluicegate._sluicegate")]
 pub struct PyLimiter {
     inner: AnyLimiter<PyClock>,
+    last: DecisionCache,
 }
 
 impl PyLimiter {
     fn new(spec: &Spec, clock: Option<Py<PyManualClock>>) -> PyResult<Self> {
         let inner = AnyLimiter::with_clock(spec, PyClock::from_arg(clock)).map_err(errors::spec)?;
-        Ok(Self { inner })
+        Ok(Self::of(inner))
+    }
+
+    fn of(inner: AnyLimiter<PyClock>) -> Self {
+        Self {
+            inner,
+            last: DecisionCache::default(),
+        }
     }
 
     #[inline]
@@ -50,8 +58,8 @@ impl PyLimiter {
     /// Takes `n` units if every limit allows (all-or-nothing); `n=0` only looks.
     #[pyo3(signature = (n = Cost::ONE))]
     #[inline]
-    fn check(&self, n: Cost) -> PyResult<PyDecision> {
-        self.run(n).map(|o| o.decision.into())
+    fn check(&self, py: Python<'_>, n: Cost) -> PyResult<Py<PyDecision>> {
+        self.last.object(py, self.run(n)?.decision, n.0)
     }
 
     /// What `check(n)` would answer, taking nothing.
@@ -200,7 +208,7 @@ impl PyStriped {
         };
         let inner =
             AnyLimiter::striped(&spec, stripes, PyClock::from_arg(clock)).map_err(errors::spec)?;
-        Ok(PyClassInitializer::from(PyLimiter { inner }).add_subclass(Self { stripes }))
+        Ok(PyClassInitializer::from(PyLimiter::of(inner)).add_subclass(Self { stripes }))
     }
 
     /// The number of stripes.

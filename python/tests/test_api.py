@@ -155,6 +155,39 @@ def test_peek_takes_nothing(cls: type[TokenBucket]) -> None:
     assert not lim.peek()
 
 
+# A striped bucket reports its own stripe's remaining units, never `limit - n`:
+# its answers are all built fresh.
+@pytest.mark.parametrize("cls", [c for c in UNKEYED if c is not StripedTokenBucket])
+def test_a_limiter_at_rest_repeats_its_decision(cls: type[TokenBucket]) -> None:
+    # A full limiter answers the same decision call after call, and check()
+    # hands out one frozen object for it; every other answer is built fresh.
+    clock = ManualClock(SEC)
+    lim = cls("4/second", clock=clock)
+    first = lim.check()
+    assert (first.allowed, first.remaining, first.limit) == (True, 3, 4)
+    second = lim.check()  # part-spent: a different answer, a new object
+    assert second.remaining == 2 and second is not first
+    clock.advance(2.0)
+    again = lim.check()
+    assert again == first and again is first
+    clock.advance(2.0)
+    two = lim.check(2)  # at rest too, for another cost: its own values
+    assert (two.allowed, two.remaining, two.limit) == (True, 2, 4) and two != first
+    clock.advance(2.0)
+    one = lim.check()
+    assert one == first and (one.remaining, one.limit) == (3, 4)
+    assert not lim.check(4) and lim.check(4) is not lim.check(4)  # denials: fresh
+
+
+def test_a_keyed_limiter_at_rest_repeats_its_decision() -> None:
+    clock = ManualClock(SEC)
+    lim = KeyedLimiter("4/second", capacity=64, clock=clock)
+    a, b = lim.check("a"), lim.check("b")
+    assert a == b and a is b and (a.remaining, a.limit) == (3, 4)
+    spent = lim.check("a")
+    assert spent.remaining == 2 and spent is not a
+
+
 def test_decision_values_in_seconds() -> None:
     clock = ManualClock(0)
     tb = TokenBucket("2/second", clock=clock)
