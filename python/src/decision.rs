@@ -1,5 +1,7 @@
 //! `Decision` and the shaper's `Reservation`, as frozen Python objects.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
@@ -22,57 +24,100 @@ pub fn secs(ns: u64) -> f64 {
 /// request of the same cost would be admitted (0.0 when allowed, `inf` when never);
 /// `reset_after`: seconds until the limiter is back to full; `limit`: the most
 /// units admitted at once. The `_ns` forms are exact integers.
-#[pyclass(frozen, eq, hash, name = "Decision", module = "sluicegate._sluicegate")]
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// Frozen to Python. The fields are atomics only so that [`DecisionCache`] can
+/// rewrite an object that nothing but the cache holds (see there); every read is a
+/// relaxed load, as cheap as a plain one.
+#[pyclass(frozen, name = "Decision", module = "sluicegate._sluicegate")]
 pub struct PyDecision {
-    /// Whether the request was admitted.
-    #[pyo3(get)]
-    pub allowed: bool,
-    /// Units that could be taken right now.
-    #[pyo3(get)]
-    pub remaining: u64,
-    /// Nanoseconds until a request of the same cost would be admitted.
-    #[pyo3(get)]
-    pub retry_after_ns: u64,
-    /// Nanoseconds until the limiter is full again.
-    #[pyo3(get)]
-    pub reset_after_ns: u64,
-    /// The burst or limit.
-    #[pyo3(get)]
-    pub limit: u64,
+    allowed: AtomicBool,
+    remaining: AtomicU64,
+    retry_after_ns: AtomicU64,
+    reset_after_ns: AtomicU64,
+    limit: AtomicU64,
 }
 
-/// The `Decision` object of a limiter at rest, handed out again while the answer
-/// repeats. A limiter far from its limit is full at every call, so it answers
-/// the same decision call after call (`n` units taken, `limit − n` remaining, the
-/// same reset time), and building a fresh object was about half of a `check()`
-/// (88 ns against `try_acquire`'s 45 ns, `python -m timeit` on a full bucket).
-/// Only that answer is cached: any other (a bucket part-spent, a denial) changes
-/// from call to call, so it is built fresh without touching the cache, and costs
-/// what it did. The object is frozen, so sharing it shows only to `is`. Never
-/// blocks: if another thread holds the cell, the call builds its own object.
+impl PyDecision {
+    /// The decision this object holds.
+    #[inline]
+    pub fn value(&self) -> Decision {
+        Decision {
+            allowed: self.allowed.load(Relaxed),
+            remaining: self.remaining.load(Relaxed),
+            retry_after_ns: self.retry_after_ns.load(Relaxed),
+            reset_after_ns: self.reset_after_ns.load(Relaxed),
+            limit: self.limit.load(Relaxed),
+        }
+    }
+
+    /// Rewrites the object in place. Only [`DecisionCache`] calls it, on an
+    /// object no one else holds.
+    #[inline]
+    fn rewrite(&self, d: Decision) {
+        self.allowed.store(d.allowed, Relaxed);
+        self.remaining.store(d.remaining, Relaxed);
+        self.retry_after_ns.store(d.retry_after_ns, Relaxed);
+        self.reset_after_ns.store(d.reset_after_ns, Relaxed);
+        self.limit.store(d.limit, Relaxed);
+    }
+}
+
+/// The `Decision` objects a limiter's `check()` hands out again, so that most
+/// calls build none (a fresh object was about half of a `check()`: 85–88 ns
+/// against `try_acquire`'s 45 ns, `python -m timeit`). Two cells:
+///
+/// - **at rest**: a limiter far from its limit is full at every call and answers
+///   the same decision call after call (`n` units taken, `limit − n` remaining,
+///   the same reset time). That answer is one shared object while it repeats; the
+///   object is frozen, so sharing shows only to `is`.
+/// - **scratch**: any other answer (part-spent, a denial) changes from call to
+///   call. When the caller has dropped the previous one, as `if lim.check():` does,
+///   the cache holds the only reference, so no Python code can see the object
+///   any more and it is rewritten in place and handed out again: the trick
+///   CPython's `zip` and `enumerate` play with their result tuples. A `Decision`
+///   takes no weak references and is not tracked by the garbage collector, so
+///   the reference count is the whole story. An answer still held elsewhere is
+///   left alone and a fresh object takes its cell.
+///
+/// Never blocks: if another thread holds the cells, the call builds its own
+/// object.
 #[derive(Default)]
-pub struct DecisionCache(Mutex<Option<Py<PyDecision>>>);
+pub struct DecisionCache(Mutex<Cells>);
+
+#[derive(Default)]
+struct Cells {
+    at_rest: Option<Py<PyDecision>>,
+    scratch: Option<Py<PyDecision>>,
+}
 
 impl DecisionCache {
     /// The decision `d` for a cost of `n` as a Python object.
     #[inline]
     pub fn object(&self, py: Python<'_>, d: Decision, n: u64) -> PyResult<Py<PyDecision>> {
-        let d = PyDecision::from(d);
-        let at_rest = d.allowed && d.remaining.checked_add(n) == Some(d.limit);
-        if !at_rest {
-            return Py::new(py, d);
-        }
-        let Ok(mut cached) = self.0.try_lock() else {
-            return Py::new(py, d);
+        let Ok(mut cells) = self.0.try_lock() else {
+            return Py::new(py, PyDecision::from(d));
         };
-        if let Some(c) = cached.as_ref() {
-            if *c.get() == d {
-                return Ok(c.clone_ref(py));
+        let at_rest = d.allowed && d.remaining.checked_add(n) == Some(d.limit);
+        let cell = if at_rest {
+            if let Some(c) = &cells.at_rest {
+                if c.get().value() == d {
+                    return Ok(c.clone_ref(py));
+                }
             }
-        }
-        let fresh = Py::new(py, d)?;
-        *cached = Some(fresh.clone_ref(py));
+            &mut cells.at_rest
+        } else {
+            if let Some(c) = &cells.scratch {
+                // SAFETY: `c` is a live object (the cell owns a reference) and
+                // `py` proves the GIL is held, so the count is not changing.
+                if unsafe { pyo3::ffi::Py_REFCNT(c.as_ptr()) } == 1 {
+                    c.get().rewrite(d);
+                    return Ok(c.clone_ref(py));
+                }
+            }
+            &mut cells.scratch
+        };
+        let fresh = Py::new(py, PyDecision::from(d))?;
+        *cell = Some(fresh.clone_ref(py));
         Ok(fresh)
     }
 }
@@ -81,11 +126,11 @@ impl From<Decision> for PyDecision {
     #[inline]
     fn from(d: Decision) -> Self {
         Self {
-            allowed: d.allowed,
-            remaining: d.remaining,
-            retry_after_ns: d.retry_after_ns,
-            reset_after_ns: d.reset_after_ns,
-            limit: d.limit,
+            allowed: AtomicBool::new(d.allowed),
+            remaining: AtomicU64::new(d.remaining),
+            retry_after_ns: AtomicU64::new(d.retry_after_ns),
+            reset_after_ns: AtomicU64::new(d.reset_after_ns),
+            limit: AtomicU64::new(d.limit),
         }
     }
 }
@@ -101,39 +146,82 @@ impl PyDecision {
         reset_after_ns: u64,
         limit: u64,
     ) -> Self {
-        Self {
+        Decision {
             allowed,
             remaining,
             retry_after_ns,
             reset_after_ns,
             limit,
         }
+        .into()
+    }
+
+    /// Whether the request was admitted.
+    #[getter]
+    pub fn allowed(&self) -> bool {
+        self.allowed.load(Relaxed)
+    }
+
+    /// Units that could be taken right now.
+    #[getter]
+    fn remaining(&self) -> u64 {
+        self.remaining.load(Relaxed)
+    }
+
+    /// Nanoseconds until a request of the same cost would be admitted.
+    #[getter]
+    fn retry_after_ns(&self) -> u64 {
+        self.retry_after_ns.load(Relaxed)
+    }
+
+    /// Nanoseconds until the limiter is full again.
+    #[getter]
+    fn reset_after_ns(&self) -> u64 {
+        self.reset_after_ns.load(Relaxed)
+    }
+
+    /// The burst or limit.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.limit.load(Relaxed)
     }
 
     /// Seconds until a request of the same cost would be admitted.
     #[getter]
     fn retry_after(&self) -> f64 {
-        secs(self.retry_after_ns)
+        secs(self.retry_after_ns())
     }
 
     /// Seconds until the limiter is full again.
     #[getter]
     fn reset_after(&self) -> f64 {
-        secs(self.reset_after_ns)
+        secs(self.reset_after_ns())
     }
 
     fn __bool__(&self) -> bool {
-        self.allowed
+        self.allowed()
+    }
+
+    /// Equal when every field is; another type compares `NotImplemented`.
+    fn __eq__(&self, other: &Self) -> bool {
+        self.value() == other.value()
+    }
+
+    fn __hash__(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.value().hash(&mut h);
+        h.finish()
     }
 
     fn __repr__(&self) -> String {
+        let d = self.value();
         format!(
             "Decision(allowed={}, remaining={}, retry_after={:?}, reset_after={:?}, limit={})",
-            if self.allowed { "True" } else { "False" },
-            self.remaining,
-            secs(self.retry_after_ns),
-            secs(self.reset_after_ns),
-            self.limit
+            if d.allowed { "True" } else { "False" },
+            d.remaining,
+            secs(d.retry_after_ns),
+            secs(d.reset_after_ns),
+            d.limit
         )
     }
 }
@@ -142,7 +230,7 @@ impl PyDecision {
 /// seconds before proceeding. `Shaper.cancel` gives it back (once).
 #[pyclass(frozen, name = "Reservation", module = "sluicegate._sluicegate")]
 pub struct PyReservation {
-    pub decision: PyDecision,
+    pub decision: Decision,
     pub delay_ns: u64,
     /// The core reservation, spent by a successful cancel.
     pub inner: std::sync::Mutex<Option<sluicegate::Reservation>>,
@@ -151,7 +239,7 @@ pub struct PyReservation {
 impl PyReservation {
     pub fn new(r: sluicegate::Reservation) -> Self {
         Self {
-            decision: (*r.decision()).into(),
+            decision: *r.decision(),
             delay_ns: r.delay_ns(),
             inner: std::sync::Mutex::new(Some(r)),
         }
@@ -181,7 +269,7 @@ impl PyReservation {
     /// The decision (for a refusal: `retry_after` is when a new reservation fits).
     #[getter]
     fn decision(&self) -> PyDecision {
-        self.decision
+        self.decision.into()
     }
 
     fn __bool__(&self) -> bool {

@@ -188,6 +188,43 @@ def test_a_keyed_limiter_at_rest_repeats_its_decision() -> None:
     assert spent.remaining == 2 and spent is not a
 
 
+def _fields(d: Decision) -> tuple[bool, int, int, int, int]:
+    return (d.allowed, d.remaining, d.retry_after_ns, d.reset_after_ns, d.limit)
+
+
+@pytest.mark.parametrize("cls", UNKEYED)
+def test_a_dropped_decision_is_recycled_and_a_held_one_never_changes(cls: type[TokenBucket]) -> None:
+    # check() rewrites the last answer's object in place when nothing else holds
+    # it (refcount 1): twin limiters on one clock, one whose answers are dropped at
+    # once and one whose answers are all held, must agree on every field of every
+    # answer, and the held ones must keep their values to the end.
+    clock = ManualClock(SEC)
+    dropped, kept = cls("4/second", clock=clock), cls("4/second", clock=clock)
+    held: list[Decision] = []
+    snapshots: list[tuple[bool, int, int, int, int]] = []
+    for step in range(40):
+        n = 1 + step % 3
+        seen = _fields(dropped.check(n))  # the object is gone after this line
+        held.append(kept.check(n))
+        snapshots.append(_fields(held[-1]))
+        assert seen == snapshots[-1], step
+        clock.advance(0.05 * (step % 4))
+    assert [_fields(d) for d in held] == snapshots
+    assert any(not d for d in held) and any(d for d in held)
+
+
+def test_a_keyed_limiter_recycles_only_what_nobody_holds() -> None:
+    clock = ManualClock(SEC)
+    lim = KeyedLimiter("2/second", capacity=64, clock=clock)
+    held = [lim.check("a") for _ in range(4)]  # allowed, allowed, denied, denied
+    assert [(d.allowed, d.remaining) for d in held] == [(True, 1), (True, 0), (False, 0), (False, 0)]
+    assert len({id(d) for d in held}) == 4
+    for _ in range(3):
+        assert not lim.check("a")  # dropped at once: one object, rewritten
+    assert _fields(lim.check("b")) == (True, 1, 0, SEC // 2, 2)
+    assert [(d.allowed, d.remaining) for d in held] == [(True, 1), (True, 0), (False, 0), (False, 0)]
+
+
 def test_decision_values_in_seconds() -> None:
     clock = ManualClock(0)
     tb = TokenBucket("2/second", clock=clock)

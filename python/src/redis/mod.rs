@@ -227,7 +227,10 @@ impl PyRedisKeyedLimiter {
     /// Takes `n` units for `key` if it can; a bool.
     #[pyo3(signature = (key, n = Cost::ONE))]
     fn try_acquire(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, n: Cost) -> PyResult<bool> {
-        Ok(remote(slf).run(slf.py(), &key_of(key)?, n, true)?.0.allowed)
+        Ok(remote(slf)
+            .run(slf.py(), &key_of(key)?, n, true)?
+            .0
+            .allowed())
     }
 
     /// `check` as a coroutine: the async round trip, no worker thread (in hybrid
@@ -313,7 +316,7 @@ impl PyRedisLimiter {
     /// Takes `n` units if it can; a bool.
     #[pyo3(signature = (n = Cost::ONE))]
     fn try_acquire(slf: &Bound<'_, Self>, n: Cost) -> PyResult<bool> {
-        Ok(remote(slf).run(slf.py(), ONE, n, true)?.0.allowed)
+        Ok(remote(slf).run(slf.py(), ONE, n, true)?.0.allowed())
     }
 
     /// `check` as a coroutine: the async round trip, no worker thread.
