@@ -72,6 +72,9 @@ KEYED_ROWS = [
     ("governor check_key", "governor 0.10 keyed (DashMap), `u64` keys"),
     ("governor check_key (String)", "governor keyed, `String` keys"),
     ("rwlock_hashmap allow (String)", "seeds' `RwLock<HashMap<String, Mutex<bucket>>>`"),
+    ("floor slot add", "reference: one atomic add on the key's slot of an array our table's size"),
+    ("floor quanta_now + slot add", "reference: the same after a quanta clock read"),
+    ("floor dependent miss", "reference: one load that waits for the previous one (a miss's latency)"),
 ]
 # (row, what, group of the 1-thread time, group of the 2-thread time).
 STRIPED_ROWS = [

@@ -10,7 +10,13 @@
 //!   limiter (`RateLimiter::keyed`, a `DashMap`, its quanta clock), `u64` / `String`
 //!   keys;
 //! * `rwlock_hashmap allow (String)` — the seeds' `RwLock<HashMap<String,
-//!   Mutex<bucket>>>` ([`KeyedMutexMap`]).
+//!   Mutex<bucket>>>` ([`KeyedMutexMap`]);
+//! * `floor slot add` / `floor quanta_now + slot add` / `floor dependent miss` —
+//!   references, not contenders, over an array as large as our table: one atomic
+//!   add on the key's slot, without and with a clock read ([`FloorSlot`]; calls
+//!   overlap, so this is a throughput floor), and one load that waits for the
+//!   previous call's ([`FloorChase`]: the latency of one miss, the floor of a
+//!   check whose misses cannot overlap the next check's).
 //!
 //! # Keys and order
 //! `keyed_1` is one hot key. `keyed_100k` and `keyed_1m` cycle through 100,000 and
@@ -62,8 +68,10 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion};
 use governor::DefaultKeyedRateLimiter;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use sluicegate::keyed::KeyedLimiter;
-use sluicegate::{Decision, Gcra, Quota};
+use sluicegate::{Clock, Decision, Gcra, QuantaClock, Quota};
 
 use crate::contenders::{self as c, START_NS, WIDE_BURST, WIDE_RATE, WIDE_STEP_NS};
 use crate::mutex_bucket::KeyedMutexMap;
@@ -166,6 +174,104 @@ impl KeyedCheck<String> for MutexMap {
     }
     fn tracked(&self, _: u64) -> usize {
         self.0.len()
+    }
+}
+
+/// Reference, not a contender: the physical floor of a keyed check at this key
+/// count. One atomic add on the key's 16-byte slot in an array as large as our
+/// table, the slot found by one multiply (no hashing, no probing, no compare, no
+/// lock): a check that touches one cache line and writes it atomically cannot cost
+/// less. With `clock`, the added value is a quanta clock read, so the write waits
+/// on the clock as a limiter's does (the `check` rows); without, it is the floor
+/// under `check_at`.
+struct FloorSlot {
+    slots: Vec<[AtomicU64; 2]>,
+    clock: Option<QuantaClock>,
+    keys: usize,
+}
+
+impl FloorSlot {
+    fn new(slots: usize, keys: usize, clock: bool) -> Self {
+        Self {
+            slots: (0..slots)
+                .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
+                .collect(),
+            clock: clock.then(QuantaClock::default),
+            keys,
+        }
+    }
+}
+
+impl KeyedCheck<u64> for FloorSlot {
+    type Answer = u64;
+    const STEP_NS: Option<u64> = None;
+    #[inline]
+    fn call(&self, key: &u64, _: u64) -> u64 {
+        // The keys are splitmix64 outputs, uniform already: the multiply maps them
+        // onto the slots evenly.
+        let i = ((u128::from(*key) * self.slots.len() as u128) >> 64) as usize;
+        let add = self.clock.as_ref().map_or(1, |c| c.now());
+        self.slots[i][0].fetch_add(add, Ordering::AcqRel)
+    }
+    fn admitted(_: &u64) -> bool {
+        true
+    }
+    fn tracked(&self, _: u64) -> usize {
+        self.keys
+    }
+}
+
+/// Reference, not a contender: one cache miss that nothing overlaps. Each call
+/// loads the slot whose index the previous call loaded (a random cycle through an
+/// array as large as our table, Sattolo's algorithm), so a call cannot start its
+/// load before the last one returned: the latency of one miss at this size. A
+/// keyed check that must branch on what it loaded (is this my key? am I
+/// admitted?) and runs a few hundred instructions cannot overlap its miss with
+/// the next check's much either, so this is the floor for such a check; `floor
+/// slot add`, whose calls overlap freely, is the floor for straight-line code.
+struct FloorChase {
+    next: Vec<AtomicU64>,
+    at: AtomicU64,
+    keys: usize,
+}
+
+impl FloorChase {
+    fn new(slots: usize, keys: usize) -> Self {
+        // 16-byte slots as in our table: two words a slot, the link in the first.
+        let slots = slots.max(2);
+        let mut order: Vec<u64> = (0..slots as u64).collect();
+        let mut state = 0xc4a5e_u64;
+        for i in (1..slots).rev() {
+            state = state.wrapping_add(1);
+            let j = (splitmix64(state) % i as u64) as usize; // j < i: one cycle
+            order.swap(i, j);
+        }
+        let next: Vec<AtomicU64> = (0..2 * slots).map(|_| AtomicU64::new(0)).collect();
+        for (i, &o) in order.iter().enumerate() {
+            next[2 * i].store(2 * o, Ordering::Relaxed);
+        }
+        Self {
+            next,
+            at: AtomicU64::new(0),
+            keys,
+        }
+    }
+}
+
+impl KeyedCheck<u64> for FloorChase {
+    type Answer = u64;
+    const STEP_NS: Option<u64> = None;
+    #[inline]
+    fn call(&self, _: &u64, _: u64) -> u64 {
+        let at = self.next[self.at.load(Ordering::Relaxed) as usize].load(Ordering::Relaxed);
+        self.at.store(at, Ordering::Relaxed);
+        at
+    }
+    fn admitted(_: &u64) -> bool {
+        true
+    }
+    fn tracked(&self, _: u64) -> usize {
+        self.keys
     }
 }
 
@@ -363,6 +469,28 @@ fn group(cr: &mut Criterion, pop: &Population) {
         "rwlock_hashmap allow (String)",
         MutexMap(KeyedMutexMap::new(rate, burst)),
         strings,
+    );
+    let keys = ids.len();
+    time(
+        &mut g,
+        pop.name,
+        "floor slot add",
+        FloorSlot::new(cap, keys, false),
+        ids,
+    );
+    time(
+        &mut g,
+        pop.name,
+        "floor quanta_now + slot add",
+        FloorSlot::new(cap, keys, true),
+        ids,
+    );
+    time(
+        &mut g,
+        pop.name,
+        "floor dependent miss",
+        FloorChase::new(cap, keys),
+        ids,
     );
     g.finish();
 }
