@@ -13,10 +13,10 @@
 //!   Mutex<bucket>>>` ([`KeyedMutexMap`]);
 //! * `floor slot add` / `floor quanta_now + slot add` / `floor dependent miss` —
 //!   references, not contenders, over an array as large as our table: one atomic
-//!   add on the key's slot, without and with a clock read ([`FloorSlot`]; calls
-//!   overlap, so this is a throughput floor), and one load that waits for the
-//!   previous call's ([`FloorChase`]: the latency of one miss, the floor of a
-//!   check whose misses cannot overlap the next check's).
+//!   add on the key's slot, without and with a clock read (calls overlap, so this
+//!   is a throughput floor), and one load that waits for the previous call's (the
+//!   latency of one miss, the floor of a check whose misses cannot overlap the
+//!   next check's); see [`Floor`].
 //!
 //! # Keys and order
 //! `keyed_1` is one hot key. `keyed_100k` and `keyed_1m` cycle through 100,000 and
@@ -177,68 +177,48 @@ impl KeyedCheck<String> for MutexMap {
     }
 }
 
-/// Reference, not a contender: the physical floor of a keyed check at this key
-/// count. One atomic add on the key's 16-byte slot in an array as large as our
-/// table, the slot found by one multiply (no hashing, no probing, no compare, no
-/// lock): a check that touches one cache line and writes it atomically cannot cost
-/// less. With `clock`, the added value is a quanta clock read, so the write waits
-/// on the clock as a limiter's does (the `check` rows); without, it is the floor
-/// under `check_at`.
-struct FloorSlot {
-    slots: Vec<[AtomicU64; 2]>,
+/// References, not contenders: the physical floors of a keyed check at this key
+/// count, over an array of 16-byte slots as large as our table.
+///
+/// * [`Floor::add`]: one atomic add on the key's slot, found by one multiply (no
+///   hashing, probing, compare or lock); with a clock, the added value is a quanta
+///   clock read, so the write waits on the clock as a limiter's does. Calls
+///   overlap freely: the floor for straight-line code.
+/// * [`Floor::chase`]: each call loads the slot whose index the previous call
+///   loaded (one random cycle, Sattolo's algorithm), so no call starts its load
+///   before the last one returned: the latency of one miss. A check that branches
+///   on what it loaded (is this my key? am I admitted?) and runs a few hundred
+///   instructions cannot overlap its miss with the next check's much either, so
+///   this is the floor for such a check.
+struct Floor {
+    /// Two words a slot; the chase keeps its link in the first.
+    words: Vec<AtomicU64>,
+    /// `Some(clock)` for an add after a clock read; `None` for a plain add.
     clock: Option<QuantaClock>,
-    keys: usize,
-}
-
-impl FloorSlot {
-    fn new(slots: usize, keys: usize, clock: bool) -> Self {
-        Self {
-            slots: (0..slots)
-                .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
-                .collect(),
-            clock: clock.then(QuantaClock::default),
-            keys,
-        }
-    }
-}
-
-impl KeyedCheck<u64> for FloorSlot {
-    type Answer = u64;
-    const STEP_NS: Option<u64> = None;
-    #[inline]
-    fn call(&self, key: &u64, _: u64) -> u64 {
-        // The keys are splitmix64 outputs, uniform already: the multiply maps them
-        // onto the slots evenly.
-        let i = ((u128::from(*key) * self.slots.len() as u128) >> 64) as usize;
-        let add = self.clock.as_ref().map_or(1, |c| c.now());
-        self.slots[i][0].fetch_add(add, Ordering::AcqRel)
-    }
-    fn admitted(_: &u64) -> bool {
-        true
-    }
-    fn tracked(&self, _: u64) -> usize {
-        self.keys
-    }
-}
-
-/// Reference, not a contender: one cache miss that nothing overlaps. Each call
-/// loads the slot whose index the previous call loaded (a random cycle through an
-/// array as large as our table, Sattolo's algorithm), so a call cannot start its
-/// load before the last one returned: the latency of one miss at this size. A
-/// keyed check that must branch on what it loaded (is this my key? am I
-/// admitted?) and runs a few hundred instructions cannot overlap its miss with
-/// the next check's much either, so this is the floor for such a check; `floor
-/// slot add`, whose calls overlap freely, is the floor for straight-line code.
-struct FloorChase {
-    next: Vec<AtomicU64>,
+    chase: bool,
     at: AtomicU64,
     keys: usize,
 }
 
-impl FloorChase {
-    fn new(slots: usize, keys: usize) -> Self {
-        // 16-byte slots as in our table: two words a slot, the link in the first.
+impl Floor {
+    fn new(slots: usize, keys: usize, clock: bool, chase: bool) -> Self {
         let slots = slots.max(2);
+        Self {
+            words: (0..2 * slots).map(|_| AtomicU64::new(0)).collect(),
+            clock: clock.then(QuantaClock::default),
+            chase,
+            at: AtomicU64::new(0),
+            keys,
+        }
+    }
+
+    fn add(slots: usize, keys: usize, clock: bool) -> Self {
+        Self::new(slots, keys, clock, false)
+    }
+
+    fn chase(slots: usize, keys: usize) -> Self {
+        let f = Self::new(slots, keys, false, true);
+        let slots = f.words.len() / 2;
         let mut order: Vec<u64> = (0..slots as u64).collect();
         let mut state = 0xc4a5e_u64;
         for i in (1..slots).rev() {
@@ -246,26 +226,28 @@ impl FloorChase {
             let j = (splitmix64(state) % i as u64) as usize; // j < i: one cycle
             order.swap(i, j);
         }
-        let next: Vec<AtomicU64> = (0..2 * slots).map(|_| AtomicU64::new(0)).collect();
         for (i, &o) in order.iter().enumerate() {
-            next[2 * i].store(2 * o, Ordering::Relaxed);
+            f.words[2 * i].store(2 * o, Ordering::Relaxed);
         }
-        Self {
-            next,
-            at: AtomicU64::new(0),
-            keys,
-        }
+        f
     }
 }
 
-impl KeyedCheck<u64> for FloorChase {
+impl KeyedCheck<u64> for Floor {
     type Answer = u64;
     const STEP_NS: Option<u64> = None;
     #[inline]
-    fn call(&self, _: &u64, _: u64) -> u64 {
-        let at = self.next[self.at.load(Ordering::Relaxed) as usize].load(Ordering::Relaxed);
-        self.at.store(at, Ordering::Relaxed);
-        at
+    fn call(&self, key: &u64, _: u64) -> u64 {
+        if self.chase {
+            let at = self.words[self.at.load(Ordering::Relaxed) as usize].load(Ordering::Relaxed);
+            self.at.store(at, Ordering::Relaxed);
+            return at;
+        }
+        // The keys are splitmix64 outputs, uniform already: the multiply maps them
+        // onto the slots evenly.
+        let i = ((u128::from(*key) * (self.words.len() / 2) as u128) >> 64) as usize;
+        let add = self.clock.as_ref().map_or(1, |c| c.now());
+        self.words[2 * i].fetch_add(add, Ordering::AcqRel)
     }
     fn admitted(_: &u64) -> bool {
         true
@@ -475,21 +457,21 @@ fn group(cr: &mut Criterion, pop: &Population) {
         &mut g,
         pop.name,
         "floor slot add",
-        FloorSlot::new(cap, keys, false),
+        Floor::add(cap, keys, false),
         ids,
     );
     time(
         &mut g,
         pop.name,
         "floor quanta_now + slot add",
-        FloorSlot::new(cap, keys, true),
+        Floor::add(cap, keys, true),
         ids,
     );
     time(
         &mut g,
         pop.name,
         "floor dependent miss",
-        FloorChase::new(cap, keys),
+        Floor::chase(cap, keys),
         ids,
     );
     g.finish();
