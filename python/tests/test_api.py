@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import math
+import threading
 import time
 
 import pytest
@@ -211,6 +212,36 @@ def test_a_dropped_decision_is_recycled_and_a_held_one_never_changes(cls: type[T
         clock.advance(0.05 * (step % 4))
     assert [_fields(d) for d in held] == snapshots
     assert any(not d for d in held) and any(d for d in held)
+
+
+def test_held_decisions_never_change_under_threads() -> None:
+    # Four threads share one limiter that runs dry midway; each holds every other
+    # answer and drops the rest at once (so those objects get recycled while other
+    # threads run). At the end every held answer still has the values it had.
+    lim = TokenBucket("2000/minute")
+    results: list[list[tuple[Decision, tuple[bool, int, int, int, int]]]] = [[] for _ in range(4)]
+    bad: list[tuple[bool, int, int, int, int]] = []
+
+    def run(mine: list[tuple[Decision, tuple[bool, int, int, int, int]]]) -> None:
+        for i in range(1500):
+            if i % 2:
+                d = lim.check()
+                mine.append((d, _fields(d)))
+            else:
+                seen = _fields(lim.check())
+                allowed, remaining, retry, _, limit = seen
+                if not (remaining <= limit == 2000 and (retry == 0) == allowed):
+                    bad.append(seen)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in results]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    held = [pair for r in results for pair in r]
+    assert bad == []
+    assert len(held) == 3000 and all(_fields(d) == snap for d, snap in held)
+    assert sum(1 for d, _ in held if d) > 0 and sum(1 for d, _ in held if not d) > 0
 
 
 def test_a_keyed_limiter_recycles_only_what_nobody_holds() -> None:
