@@ -7,7 +7,10 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
-use sluicegate::{Algorithm, FixedWindow, Gcra, GcraParams, Quota, SlidingWindow, TokenBucket};
+use sluicegate::{
+    Algorithm, ConfigError, FixedWindow, Gcra, GcraParams, Limiter, Quota, SlidingWindow,
+    TokenBucket,
+};
 use sluicegate_loom_tests::{join, race_linearizable, shared, shared_spent, spawn_on, Op};
 
 const SEC: u64 = 1_000_000_000;
@@ -32,19 +35,25 @@ fn bucket_of_three_quotas() -> (Arc<TokenBucket<()>>, [Quota; 3], [GcraParams; 3
     (shared(TokenBucket::with_clock(q[0], ())), q, p)
 }
 
+/// Two checks at `NOW` race raising the quota of `built`, with `n` units spent at
+/// `NOW`, to `raised`, which has room for one more: at most one is admitted.
+fn two_checks_race_a_raise<A: Algorithm + 'static>(
+    built: Result<Limiter<A, ()>, ConfigError>,
+    n: u64,
+    raised: Quota,
+) {
+    let limiter = shared_spent(built, n, NOW);
+    let (_, admitted) =
+        race_linearizable(&limiter, &[&[one(NOW), one(NOW)], &[Op::SetQuota(raised)]]);
+    assert!(admitted <= 1);
+}
+
 #[test]
 fn a_bigger_burst_races_checks_on_a_full_bucket() {
     loom::model(|| {
-        let tb = shared_spent(TokenBucket::with_clock(Quota::per_second(2), ()), 2, NOW);
         // Under burst 2 the bucket is empty; under burst 3 it has one token.
-        let (_, admitted) = race_linearizable(
-            &tb,
-            &[
-                &[one(NOW), one(NOW)],
-                &[Op::SetQuota(Quota::per_second(2).burst(3))],
-            ],
-        );
-        assert!(admitted <= 1);
+        let tb = TokenBucket::with_clock(Quota::per_second(2), ());
+        two_checks_race_a_raise(tb, 2, Quota::per_second(2).burst(3));
     });
 }
 
@@ -108,12 +117,8 @@ fn two_writers_never_interleave() {
 #[test]
 fn a_higher_window_limit_races_checks() {
     loom::model(|| {
-        let w = shared_spent(FixedWindow::with_clock(Quota::per_second(1), ()), 1, NOW);
-        let (_, admitted) = race_linearizable(
-            &w,
-            &[&[one(NOW), one(NOW)], &[Op::SetQuota(Quota::per_second(2))]],
-        );
-        assert!(admitted <= 1);
+        let w = FixedWindow::with_clock(Quota::per_second(1), ());
+        two_checks_race_a_raise(w, 1, Quota::per_second(2));
     });
 }
 

@@ -11,13 +11,19 @@ use sluicegate_policy::{Policy, Watcher};
 mod common;
 use common::valid_policy;
 
-const V1: &str = r#"
+/// The rule both versions hold unchanged: its state must survive the reload.
+const KEEP: &str = r#"
 [[rule]]
 name = "keep"
 key = ["ip"]
 limit = "3/hour"
 algorithm = "fixed_window"
+"#;
 
+/// The first version of the file: `KEEP`, then these (`.concat()` joins them).
+const V1: [&str; 2] = [
+    KEEP,
+    r#"
 [[rule]]
 name = "change"
 limit = "1000000/hour"
@@ -26,15 +32,13 @@ limit = "1000000/hour"
 name = "gone"
 key = ["ip"]
 limit = "1000/second"
-"#;
+"#,
+];
 
-const V2: &str = r#"
-[[rule]]
-name = "keep"
-key = ["ip"]
-limit = "3/hour"
-algorithm = "fixed_window"
-
+/// The second: `KEEP`, "change" at twice its limit, "gone" gone, "new" added.
+const V2: [&str; 2] = [
+    KEEP,
+    r#"
 [[rule]]
 name = "change"
 limit = "2000000/hour"
@@ -43,7 +47,8 @@ limit = "2000000/hour"
 name = "new"
 match = { path = "/new" }
 limit = "1/hour"
-"#;
+"#,
+];
 
 const NAMES: [&str; 4] = ["keep", "change", "gone", "new"];
 
@@ -69,7 +74,7 @@ fn limit_of(policy: &Policy, rule: &str) -> Option<u64> {
 fn reload_under_load() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
-    std::fs::write(&path, V1).unwrap();
+    std::fs::write(&path, V1.concat()).unwrap();
     let policy = Arc::new(Policy::from_path(&path).unwrap());
     let watcher = Watcher::spawn(policy.clone(), &path, Duration::from_millis(25)).unwrap();
 
@@ -106,7 +111,7 @@ fn reload_under_load() {
 
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(limit_of(&policy, "change"), Some(1_000_000));
-    std::fs::write(&path, V2).unwrap();
+    std::fs::write(&path, V2.concat()).unwrap();
     let took = within(Duration::from_secs(3), || {
         limit_of(&policy, "change") == Some(2_000_000)
     });
@@ -127,7 +132,7 @@ fn reload_under_load() {
     assert_eq!(d.denying().next().unwrap().name, "keep");
 
     // An invalid file: reported, the policy in force stays.
-    std::fs::write(&path, V2.replace("3/hour", "3/fortnight")).unwrap();
+    std::fs::write(&path, V2.concat().replace("3/hour", "3/fortnight")).unwrap();
     let reported = within(Duration::from_secs(3), || policy.last_error().is_some());
     assert!(reported.is_some(), "the invalid file was not reported");
     let err = policy.last_error().unwrap();

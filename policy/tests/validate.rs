@@ -21,13 +21,18 @@ fn one(text: &str) -> (Code, usize, usize, Option<String>) {
     (d.code, d.line, d.column, d.rule.clone())
 }
 
+/// Rule "a" of 5/s followed by `rest`, from line 4 on.
+fn rule_a(rest: &str) -> String {
+    format!("[[rule]]\nname = \"a\"\nlimit = \"5/s\"\n{rest}")
+}
+
 fn rule(s: &str) -> Option<String> {
     Some(s.to_owned())
 }
 
 #[test]
 fn unknown_attribute_syntax_in_match_and_key() {
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nmatch = { \"header:X-Key\" = \"*\" }\n";
+    let text = &rule_a("match = { \"header:X-Key\" = \"*\" }\n");
     assert_eq!(one(text), (Code::BadAttribute, 4, 11, rule("a")));
     let d = &errors(text)[0];
     assert!(d.message.contains("header:x-key"), "{}", d.message);
@@ -39,7 +44,7 @@ fn unknown_attribute_syntax_in_match_and_key() {
 
 #[test]
 fn unknown_algorithm_in_rule_and_defaults() {
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nalgorithm = \"gcra\"\n";
+    let text = &rule_a("algorithm = \"gcra\"\n");
     assert_eq!(one(text), (Code::UnknownAlgorithm, 4, 13, rule("a")));
     assert!(
         errors(text)[0]
@@ -66,9 +71,9 @@ fn bad_rate_points_at_the_character() {
 
 #[test]
 fn bad_cidr_in_string_and_list() {
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nmatch = { ip = \"10.0.0.0/33\" }\n";
+    let text = &rule_a("match = { ip = \"10.0.0.0/33\" }\n");
     assert_eq!(one(text), (Code::BadCidr, 4, 17, rule("a")));
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nmatch = { ip = [\"10.0.0.0/8\", \"10.1.2.3/16\"] }\n";
+    let text = &rule_a("match = { ip = [\"10.0.0.0/8\", \"10.1.2.3/16\"] }\n");
     assert_eq!(one(text), (Code::BadCidr, 4, 32, rule("a")));
     assert!(errors(text)[0].message.contains("10.1.0.0/16"));
 }
@@ -83,7 +88,7 @@ fn duplicate_rule_name() {
 
 #[test]
 fn redis_backend_without_redis_table() {
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nbackend = \"hybrid\"\n";
+    let text = &rule_a("backend = \"hybrid\"\n");
     assert_eq!(one(text), (Code::Redis, 4, 11, rule("a")));
     // From [defaults]: pointed at the default.
     let text = "[defaults]\nbackend = \"redis\"\n[[rule]]\nname = \"a\"\nlimit = \"5/s\"\n";
@@ -119,31 +124,29 @@ fn limit_over_the_algorithms_bound() {
     let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s; 0/hour\"\n";
     assert_eq!(one(text), (Code::BadRate, 3, 15, rule("a")));
     // A keyed sliding log.
-    let text =
-        "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nalgorithm = \"sliding_log\"\nkey = [\"ip\"]\n";
+    let text = &rule_a("algorithm = \"sliding_log\"\nkey = [\"ip\"]\n");
     assert_eq!(one(text), (Code::Limit, 4, 13, rule("a")));
     // A burst on a window.
     let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s burst 9\"\nalgorithm = \"fixed_window\"\n";
     assert_eq!(one(text), (Code::Limit, 3, 10, rule("a")));
     // Stripes on a kind that cannot be striped, and a max delay on a non-shaper.
-    let text =
-        "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nalgorithm = \"fixed_window\"\nstripes = 4\n";
+    let text = &rule_a("algorithm = \"fixed_window\"\nstripes = 4\n");
     assert_eq!(one(text), (Code::Limit, 5, 11, rule("a")));
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nmax_delay_ms = 4\n";
+    let text = &rule_a("max_delay_ms = 4\n");
     assert_eq!(one(text), (Code::Limit, 4, 16, rule("a")));
 }
 
 #[test]
 fn bad_values_and_syntax() {
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nmode = \"dry-run\"\n";
+    let text = &rule_a("mode = \"dry-run\"\n");
     assert_eq!(one(text), (Code::BadValue, 4, 8, rule("a")));
     assert!(errors(text)[0].message.contains("enforce, shadow"));
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\ncapacity = 0\n";
+    let text = &rule_a("capacity = 0\n");
     assert_eq!(one(text), (Code::BadValue, 4, 12, rule("a")));
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\non_error = \"retry\"\n";
+    let text = &rule_a("on_error = \"retry\"\n");
     assert_eq!(one(text), (Code::BadValue, 4, 12, rule("a")));
     // Unknown field, missing limit, not TOML: the reader's message, located.
-    let text = "[[rule]]\nname = \"a\"\nlimit = \"5/s\"\nlimits = \"6/s\"\n";
+    let text = &rule_a("limits = \"6/s\"\n");
     let (code, line, _, _) = one(text);
     assert_eq!((code, line), (Code::Syntax, 4));
     let text = "[[rule]]\nname = \"a\"\n";

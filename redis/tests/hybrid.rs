@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use sluicegate::Quota;
 use sluicegate_redis::{
-    Algorithm, Config, HybridConfig, HybridLimiter, Limit, RedisLimiter, Source,
+    Algorithm, Config, HybridConfig, HybridLimiter, Limit, RedisLimiter, Source, Verdict,
 };
+
+use common::Rng;
 
 const WINDOWS: [Algorithm; 2] = [Algorithm::FixedWindow, Algorithm::SlidingWindow];
 
@@ -40,13 +42,9 @@ fn cfg() -> Config {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn steady_rate_under_the_quota_is_served_locally() {
-    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(2000).burst(1000)).unwrap();
-    let rl =
-        RedisLimiter::new(common::standalone(), &common::fresh("steady"), limit, cfg()).unwrap();
-    let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
-    // 500 checks a second (a quarter of the quota) for one second.
+/// 500 checks of one key, one every 2 ms (500 a second for one second); how many
+/// were admitted.
+async fn steady_500(h: &HybridLimiter) -> u32 {
     let mut tick = tokio::time::interval(Duration::from_millis(2));
     let mut allowed = 0;
     for _ in 0..500 {
@@ -55,6 +53,15 @@ async fn steady_rate_under_the_quota_is_served_locally() {
             allowed += 1;
         }
     }
+    allowed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_rate_under_the_quota_is_served_locally() {
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(2000).burst(1000)).unwrap();
+    let h = hybrid(&common::fresh("steady"), limit, HybridConfig::default());
+    // A quarter of the quota.
+    let allowed = steady_500(&h).await;
     assert_eq!(allowed, 500, "under the quota everything is admitted");
     assert_local_share("steady 500/s under 2000/s", &h, 0.95);
 }
@@ -243,16 +250,6 @@ fn hybrid(name: &str, limit: Limit, hc: HybridConfig) -> HybridLimiter {
     HybridLimiter::new(rl, hc).unwrap()
 }
 
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// Whether admissions, each known to lie in Redis time `[before, after]` (µs),
 /// can be spread over the aligned windows of `w_us` with at most `limit` in each.
 /// An admission may lie in any window its interval meets; for intervals over a
@@ -280,16 +277,9 @@ fn over_limit(admitted: &[(u64, u64)], w_us: u64, limit: u64) -> Option<(u64, u6
 async fn window_steady(alg: Algorithm) {
     let limit = Limit::new(alg, Quota::per_second(2000)).unwrap();
     let h = hybrid(&common::fresh("wsteady"), limit, HybridConfig::default());
-    // 500 checks a second (a quarter of the limit) for one second: at least one
-    // window change, where the leases of the old window expire.
-    let mut tick = tokio::time::interval(Duration::from_millis(2));
-    let mut allowed = 0;
-    for _ in 0..500 {
-        tick.tick().await;
-        if h.check("k").await.unwrap().decision.allowed {
-            allowed += 1;
-        }
-    }
+    // A quarter of the limit, for a second: at least one window change, where the
+    // leases of the old window expire.
+    let allowed = steady_500(&h).await;
     assert_eq!(
         allowed, 500,
         "{alg:?}: under the limit everything is admitted"
@@ -479,29 +469,37 @@ fn until_midnight_ns() -> u64 {
     day - now % day
 }
 
+/// Two processes' limiters of `alg` at `quota` on one fresh name.
+fn two_processes(tag: &str, alg: Algorithm, quota: Quota) -> (HybridLimiter, HybridLimiter) {
+    let limit = Limit::new(alg, quota).unwrap();
+    let name = common::fresh(tag);
+    let one = || hybrid(&name, limit, HybridConfig::default());
+    (one(), one())
+}
+
+/// That `v` was admitted (or denied, as `allowed` says) and answered by `source`.
+#[track_caller]
+fn assert_answer(alg: Algorithm, v: &Verdict, allowed: bool, source: Source) {
+    assert!(
+        v.decision.allowed == allowed && v.source == source,
+        "{alg:?}: {v:?}"
+    );
+}
+
 async fn window_negative_cache(alg: Algorithm) {
     // Two processes on one key of 5 a day: one spends them all.
-    let limit = Limit::new(alg, Quota::per_day(5)).unwrap();
-    let name = common::fresh("wneg");
-    let a = hybrid(&name, limit, HybridConfig::default());
-    let b = hybrid(&name, limit, HybridConfig::default());
+    let (a, b) = two_processes("wneg", alg, Quota::per_day(5));
     for _ in 0..5 {
         assert!(a.check("k").await.unwrap().decision.allowed);
     }
     // Its front limiter knows this process alone used the window: no round trip.
     let trips = a.stats().round_trips;
     let v = a.check("k").await.unwrap();
-    assert!(
-        !v.decision.allowed && v.source == Source::LocalDenial,
-        "{alg:?}: {v:?}"
-    );
+    assert_answer(alg, &v, false, Source::LocalDenial);
     assert_eq!(a.stats().round_trips, trips);
     // The other asks Redis once, is denied until the day's end, and caches it.
     let v = b.check("k").await.unwrap();
-    assert!(
-        !v.decision.allowed && v.source == Source::Redis,
-        "{alg:?}: {v:?}"
-    );
+    assert_answer(alg, &v, false, Source::Redis);
     let midnight = until_midnight_ns();
     assert!(
         v.decision.retry_after_ns + 5_000_000_000 >= midnight,
@@ -510,10 +508,7 @@ async fn window_negative_cache(alg: Algorithm) {
     let trips = b.stats().round_trips;
     for i in 0..200 {
         let v = b.check_n("k", 1 + i % 5).await.unwrap();
-        assert!(
-            !v.decision.allowed && v.source == Source::LocalDenial,
-            "{v:?}"
-        );
+        assert_answer(alg, &v, false, Source::LocalDenial);
         assert!(v.decision.retry_after_ns > 0);
     }
     assert_eq!(
@@ -531,17 +526,11 @@ async fn a_window_denial_is_cached_locally() {
 }
 
 async fn window_partial_lease(alg: Algorithm) {
-    let limit = Limit::new(alg, Quota::per_day(10)).unwrap();
-    let name = common::fresh("wpart");
-    let a = hybrid(&name, limit, HybridConfig::default());
-    let b = hybrid(&name, limit, HybridConfig::default());
+    let (a, b) = two_processes("wpart", alg, Quota::per_day(10));
     assert!(a.check_n("k", 6).await.unwrap().decision.allowed);
     // 4 left: granted to b, kept in its lease, and its request of 6 denied.
     let v = b.check_n("k", 6).await.unwrap();
-    assert!(
-        !v.decision.allowed && v.source == Source::Redis,
-        "{alg:?}: {v:?}"
-    );
+    assert_answer(alg, &v, false, Source::Redis);
     assert_eq!(v.decision.remaining, 4);
     assert!(v.decision.retry_after_ns > 0);
     let trips = b.stats().round_trips;
@@ -550,23 +539,14 @@ async fn window_partial_lease(alg: Algorithm) {
     assert_eq!(v.source, Source::LocalDenial, "{alg:?}: {v:?}");
     for _ in 0..4 {
         let v = b.check("k").await.unwrap();
-        assert!(
-            v.decision.allowed && v.source == Source::Lease,
-            "{alg:?}: {v:?}"
-        );
+        assert_answer(alg, &v, true, Source::Lease);
     }
     assert_eq!(b.stats().round_trips, trips);
     // Then one more is Redis' denial of one unit, cached for every cost.
     let v = b.check("k").await.unwrap();
-    assert!(
-        !v.decision.allowed && v.source == Source::Redis,
-        "{alg:?}: {v:?}"
-    );
+    assert_answer(alg, &v, false, Source::Redis);
     let v = b.check("k").await.unwrap();
-    assert!(
-        !v.decision.allowed && v.source == Source::LocalDenial,
-        "{alg:?}: {v:?}"
-    );
+    assert_answer(alg, &v, false, Source::LocalDenial);
     assert_eq!(b.stats().round_trips, trips + 1);
 }
 

@@ -34,17 +34,18 @@ fn limiter(url: &str, name: &str, kind: Kind, q: Quota, c: Config) -> RedisLimit
     RedisLimiter::new(Backend::from_url(url).unwrap(), name, limit, c).unwrap()
 }
 
+/// A fixed window of a million an hour (more than any test here checks) named
+/// `name` on `server`.
+fn million_an_hour(server: &Server, name: &str, c: Config) -> RedisLimiter {
+    let q = Quota::per_hour(1_000_000);
+    limiter(&server.url(), name, Kind::FixedWindow, q, c)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_batch_is_answered_by_a_healthy_server() {
     let server = Server::start();
     // The default 25 ms timeout; 5 000 and 20 000 checks, on 100 keys.
-    let rl = limiter(
-        &server.url(),
-        "batch",
-        Kind::FixedWindow,
-        Quota::per_hour(1_000_000),
-        cfg(FailurePolicy::Open),
-    );
+    let rl = million_an_hour(&server, "batch", cfg(FailurePolicy::Open));
     rl.connect().await.unwrap();
     for size in [5_000usize, 20_000] {
         let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
@@ -80,13 +81,7 @@ async fn a_batch_that_times_out_is_never_charged_twice() {
         },
         ..cfg(FailurePolicy::Closed)
     };
-    let rl = limiter(
-        &server.url(),
-        "once",
-        Kind::FixedWindow,
-        Quota::per_hour(1_000_000),
-        c,
-    );
+    let rl = million_an_hour(&server, "once", c);
     let mut redis_admitted = 0u64;
     let mut sent_unanswered = 0u64;
     for _ in 0..20 {
@@ -105,13 +100,7 @@ async fn a_batch_that_times_out_is_never_charged_twice() {
     }
     // Let anything in flight land, then read what Redis charged.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let probe = limiter(
-        &server.url(),
-        "once",
-        Kind::FixedWindow,
-        Quota::per_hour(1_000_000),
-        cfg(FailurePolicy::Closed),
-    );
+    let probe = million_an_hour(&server, "once", cfg(FailurePolicy::Closed));
     // A peek of 0: `remaining` is what is left now.
     let charged = 1_000_000 - probe.peek_n("k", 0).await.unwrap().decision.remaining;
     assert!(

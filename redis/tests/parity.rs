@@ -19,18 +19,7 @@ use std::time::Duration;
 use sluicegate::{Algorithm as _, Decision, Fixed, Gcra, Leaky, Quota, Shaping, Sliding, Step};
 use sluicegate_redis::{Algorithm, Backend, Limit, Reply};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::Rng;
 
 /// The local decision function with the Redis limit's parameters.
 fn local_decider(limit: &Limit) -> Box<dyn Fn(u64, u64, u64) -> Step + Send> {
@@ -184,37 +173,43 @@ fn limits() -> Vec<(Limit, u64)> {
     ]
 }
 
-async fn suite(backend: Backend) {
-    let mut tasks = Vec::new();
-    for (i, (limit, gap)) in limits().into_iter().enumerate() {
-        let b = backend.clone();
-        tasks.push(tokio::spawn(async move {
-            let (a, d) = run(b, limit, 0x9E37_79B9_7F4A_7C15 ^ i as u64, 300, gap).await;
-            // The traffic must have exercised both answers.
-            assert!(
-                a > 20 && d > 20,
-                "{:?}: {a} admitted, {d} denied",
-                limit.algorithm()
-            );
-        }));
-    }
+/// Runs `each(backend, i, limit, gap)` for the `i`th `(limit, gap)` of [`limits`],
+/// all at once (a task each), and waits for every one.
+async fn each_limit<F>(backend: Backend, each: impl Fn(Backend, u64, Limit, u64) -> F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let tasks: Vec<_> = limits()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (limit, gap))| tokio::spawn(each(backend.clone(), i as u64, limit, gap)))
+        .collect();
     for t in tasks {
         t.await.unwrap();
     }
 }
 
+async fn suite(backend: Backend) {
+    each_limit(backend, |b, i, limit, gap| async move {
+        let (a, d) = run(b, limit, 0x9E37_79B9_7F4A_7C15 ^ i, 300, gap).await;
+        // The traffic must have exercised both answers.
+        assert!(
+            a > 20 && d > 20,
+            "{:?}: {a} admitted, {d} denied",
+            limit.algorithm()
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_decides_like_the_local_algorithms_standalone() {
-    tokio::time::timeout(Duration::from_secs(60), suite(common::standalone()))
-        .await
-        .unwrap();
+    common::within_a_minute(suite(common::standalone())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_decides_like_the_local_algorithms_cluster() {
-    tokio::time::timeout(Duration::from_secs(60), suite(common::cluster()))
-        .await
-        .unwrap();
+    common::within_a_minute(suite(common::cluster())).await;
 }
 
 /// Coalescing (`Config::coalesce`): rounds of 12 concurrent consuming checks of
@@ -283,36 +278,28 @@ async fn coalesced(backend: Backend, limit: Limit, seed: u64) -> (u32, u32, u32)
 }
 
 async fn coalesced_suite(backend: Backend) {
-    let mut tasks = Vec::new();
-    for (i, (limit, _)) in limits().into_iter().enumerate() {
-        let b = backend.clone();
-        tasks.push(tokio::spawn(async move {
-            let (a, d, after) = coalesced(b, limit, 0xC0A1_E5CE ^ i as u64).await;
-            assert!(
-                a > 10 && d > 10,
-                "{:?}: {a} admitted, {d} denied",
-                limit.algorithm()
-            );
-            // A smaller cost after a denied one in the same flight: merging the
-            // costs into one sum would have denied it.
-            assert!(
-                after > 0,
-                "{:?}: no admission after a denial",
-                limit.algorithm()
-            );
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    each_limit(backend, |b, i, limit, _| async move {
+        let (a, d, after) = coalesced(b, limit, 0xC0A1_E5CE ^ i).await;
+        assert!(
+            a > 10 && d > 10,
+            "{:?}: {a} admitted, {d} denied",
+            limit.algorithm()
+        );
+        // A smaller cost after a denied one in the same flight: merging the
+        // costs into one sum would have denied it.
+        assert!(
+            after > 0,
+            "{:?}: no admission after a denial",
+            limit.algorithm()
+        );
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_checks_decide_like_sequential_ones_standalone() {
     let backend = common::standalone();
-    tokio::time::timeout(Duration::from_secs(60), coalesced_suite(backend.clone()))
-        .await
-        .unwrap();
+    common::within_a_minute(coalesced_suite(backend.clone())).await;
     // The flights went as the multi-cost scripts.
     let mut c = common::raw(&backend).await;
     for src in [
@@ -335,9 +322,7 @@ async fn coalesced_checks_decide_like_sequential_ones_standalone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_checks_decide_like_sequential_ones_cluster() {
-    tokio::time::timeout(Duration::from_secs(60), coalesced_suite(common::cluster()))
-        .await
-        .unwrap();
+    common::within_a_minute(coalesced_suite(common::cluster())).await;
 }
 
 /// The windows' lease mode against the local algorithm: a lease of `n` at
@@ -405,39 +390,30 @@ async fn leases(
 }
 
 async fn lease_suite(backend: Backend) {
-    let mut tasks = Vec::new();
-    for (i, (limit, gap)) in limits().into_iter().enumerate() {
+    each_limit(backend, |b, i, limit, gap| async move {
+        // Leases are the windows' only (the seed still counts every limit).
         if !matches!(
             limit.algorithm(),
             Algorithm::FixedWindow | Algorithm::SlidingWindow
         ) {
-            continue;
+            return;
         }
-        let b = backend.clone();
-        tasks.push(tokio::spawn(async move {
-            let [full, part, denied] = leases(b, limit, 0x1EA5_E000 ^ i as u64, 300, gap).await;
-            assert!(
-                full > 20 && part > 5 && denied > 20,
-                "{:?}: {full} granted in full, {part} in part, {denied} denied",
-                limit.algorithm()
-            );
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+        let [full, part, denied] = leases(b, limit, 0x1EA5_E000 ^ i, 300, gap).await;
+        assert!(
+            full > 20 && part > 5 && denied > 20,
+            "{:?}: {full} granted in full, {part} in part, {denied} denied",
+            limit.algorithm()
+        );
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_leases_decide_like_the_local_algorithms_standalone() {
-    tokio::time::timeout(Duration::from_secs(60), lease_suite(common::standalone()))
-        .await
-        .unwrap();
+    common::within_a_minute(lease_suite(common::standalone())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_leases_decide_like_the_local_algorithms_cluster() {
-    tokio::time::timeout(Duration::from_secs(60), lease_suite(common::cluster()))
-        .await
-        .unwrap();
+    common::within_a_minute(lease_suite(common::cluster())).await;
 }

@@ -213,22 +213,12 @@ async fn no_over_admission(backend: sluicegate_redis::Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_one_key_no_over_admission_standalone() {
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        no_over_admission(common::standalone()),
-    )
-    .await
-    .unwrap();
+    common::within_a_minute(no_over_admission(common::standalone())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_one_key_no_over_admission_cluster() {
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        no_over_admission(common::cluster()),
-    )
-    .await
-    .unwrap();
+    common::within_a_minute(no_over_admission(common::cluster())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,17 +12,9 @@ use redis::AsyncCommands;
 use sluicegate::{Algorithm as _, Kind, Quota, Sliding};
 use sluicegate_redis::{Config, FailurePolicy, Limit, RedisLimiter};
 
-const HOUR_NS: u64 = 3_600_000_000_000;
+use common::Rng;
 
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+const HOUR_NS: u64 = 3_600_000_000_000;
 
 /// The Redis limiter, its key for "k" with the previous window holding `prev`
 /// units at `now_us`, and a raw connection.
@@ -99,9 +91,7 @@ async fn large_products_decide_like_the_local_algorithm() {
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .unwrap();
+    common::within_a_minute(run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,9 +125,7 @@ async fn limits_past_any_local_layout_follow_the_exact_formula() {
             assert!(r.decision.allowed, "{r:?}");
         }
     };
-    tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .unwrap();
+    common::within_a_minute(run).await;
 }
 
 /// The script's exact arithmetic, run by the server itself on products around and

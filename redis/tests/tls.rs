@@ -30,25 +30,34 @@ fn tls_env() -> Option<(String, Vec<u8>)> {
     Some((url, pem("SLUICEGATE_REDIS_TLS_CA")))
 }
 
-/// The URL in `var`, and TLS settings with the private CA, with or without the
-/// client certificate.
-fn mtls_env(var: &str, with_client: bool) -> Option<(String, TlsConfig)> {
+/// The server at the URL in `var`, trusting the private CA: with the client
+/// certificate, and without it.
+fn mtls_env(var: &str) -> Option<(Backend, Backend)> {
     let url = std::env::var(var).ok()?;
-    let client = with_client.then(|| ClientCert {
-        cert_pem: pem("SLUICEGATE_REDIS_TLS_CLIENT_CERT"),
-        key_pem: pem("SLUICEGATE_REDIS_TLS_CLIENT_KEY"),
-    });
-    Some((
-        url,
-        TlsConfig {
+    let with_tls = |client| {
+        let tls = TlsConfig {
             root_ca_pem: Some(pem("SLUICEGATE_REDIS_TLS_CA")),
             client,
-        },
-    ))
+        };
+        Backend::from_url(&url).unwrap().with_tls(tls).unwrap()
+    };
+    let client = ClientCert {
+        cert_pem: pem("SLUICEGATE_REDIS_TLS_CLIENT_CERT"),
+        key_pem: pem("SLUICEGATE_REDIS_TLS_CLIENT_KEY"),
+    };
+    Some((with_tls(Some(client)), with_tls(None)))
 }
 
 fn not_run(var: &str) {
     eprintln!("{var} not set (scripts/test-redis sets it): not run");
+}
+
+/// A check through `backend` fails as unavailable: the handshake was refused
+/// (`why` says what the client lacked).
+async fn assert_refused(backend: Backend, why: &str) {
+    let rl = RedisLimiter::new(backend, &common::fresh("tls"), limit(), cfg()).unwrap();
+    let e = rl.try_check_n("k", 1).await.expect_err(why);
+    assert!(e.is_unavailable(), "{why}: {e:?}");
 }
 
 fn cfg() -> Config {
@@ -71,8 +80,7 @@ fn limit() -> Limit {
 #[tokio::test]
 async fn checks_over_tls_with_a_private_ca() {
     let Some((url, root_ca_pem)) = tls_env() else {
-        eprintln!("SLUICEGATE_REDIS_TLS_URL not set (scripts/test-redis sets it): not run");
-        return;
+        return not_run("SLUICEGATE_REDIS_TLS_URL");
     };
     let backend = Backend::StandaloneTls {
         url,
@@ -110,21 +118,10 @@ async fn checks_over_tls_with_a_private_ca() {
 #[tokio::test]
 async fn an_untrusted_certificate_is_refused() {
     let Some((url, _)) = tls_env() else {
-        eprintln!("SLUICEGATE_REDIS_TLS_URL not set (scripts/test-redis sets it): not run");
-        return;
+        return not_run("SLUICEGATE_REDIS_TLS_URL");
     };
-    let rl = RedisLimiter::new(
-        Backend::from_url(&url).unwrap(),
-        &common::fresh("tls"),
-        limit(),
-        cfg(),
-    )
-    .unwrap();
-    let e = rl
-        .try_check_n("k", 1)
-        .await
-        .expect_err("a certificate no trusted root signed");
-    assert!(e.is_unavailable(), "{e:?}");
+    let backend = Backend::from_url(&url).unwrap();
+    assert_refused(backend, "a certificate no trusted root signed").await;
 }
 
 /// A plain `redis://` client against the TLS port is not a TLS client: it fails
@@ -132,8 +129,7 @@ async fn an_untrusted_certificate_is_refused() {
 #[tokio::test]
 async fn plain_text_to_the_tls_port_fails() {
     let Some((url, _)) = tls_env() else {
-        eprintln!("SLUICEGATE_REDIS_TLS_URL not set (scripts/test-redis sets it): not run");
-        return;
+        return not_run("SLUICEGATE_REDIS_TLS_URL");
     };
     let plain = url.replacen("rediss://", "redis://", 1);
     let cfg = Config {
@@ -156,11 +152,9 @@ async fn plain_text_to_the_tls_port_fails() {
 #[tokio::test]
 async fn client_certificates_standalone() {
     let var = "SLUICEGATE_REDIS_MTLS_URL";
-    let (Some((url, with)), Some((_, without))) = (mtls_env(var, true), mtls_env(var, false))
-    else {
+    let Some((backend, without)) = mtls_env(var) else {
         return not_run(var);
     };
-    let backend = Backend::from_url(&url).unwrap().with_tls(with).unwrap();
     let rl = RedisLimiter::new(backend, &common::fresh("mtls"), limit(), cfg()).unwrap();
     let r = rl
         .try_check_n("k", 2)
@@ -169,13 +163,7 @@ async fn client_certificates_standalone() {
     assert!(r.decision.allowed);
     assert_eq!(r.decision.remaining, 1);
 
-    let backend = Backend::from_url(&url).unwrap().with_tls(without).unwrap();
-    let rl = RedisLimiter::new(backend, &common::fresh("mtls"), limit(), cfg()).unwrap();
-    let e = rl
-        .try_check_n("k", 1)
-        .await
-        .expect_err("no client certificate");
-    assert!(e.is_unavailable(), "{e:?}");
+    assert_refused(without, "no client certificate").await;
 }
 
 /// A 3-master cluster with `tls-cluster yes` and `tls-auth-clients yes`, over
@@ -184,11 +172,9 @@ async fn client_certificates_standalone() {
 #[tokio::test]
 async fn a_tls_cluster_with_client_certificates() {
     let var = "SLUICEGATE_REDIS_TLS_CLUSTER_URL";
-    let (Some((url, with)), Some((_, without))) = (mtls_env(var, true), mtls_env(var, false))
-    else {
+    let Some((backend, without)) = mtls_env(var) else {
         return not_run(var);
     };
-    let backend = Backend::from_url(&url).unwrap().with_tls(with).unwrap();
     assert!(matches!(backend, Backend::ClusterTls { .. }));
     let rl = RedisLimiter::new(backend, &common::fresh("tlsc"), limit(), cfg()).unwrap();
     // 32 keys: the slots of the hash tags "0".."31" fall on all three masters.
@@ -212,11 +198,5 @@ async fn a_tls_cluster_with_client_certificates() {
         assert!(!v.decision.allowed);
     }
 
-    let backend = Backend::from_url(&url).unwrap().with_tls(without).unwrap();
-    let rl = RedisLimiter::new(backend, &common::fresh("tlsc"), limit(), cfg()).unwrap();
-    let e = rl
-        .try_check_n("k", 1)
-        .await
-        .expect_err("no client certificate");
-    assert!(e.is_unavailable(), "{e:?}");
+    assert_refused(without, "no client certificate").await;
 }

@@ -27,6 +27,37 @@ pub fn cfg(policy: FailurePolicy) -> Config {
     }
 }
 
+/// The slowest check of `outage` and how many took over 5 ms; fails (naming
+/// `what`) if one waited past the timeout plus one connect attempt.
+#[track_caller]
+pub fn outage_latency(outage: &[Sample], what: &str) -> (Duration, usize) {
+    let bound = TIMEOUT + CONNECT + SLACK;
+    let max = outage.iter().map(|s| s.latency).max().unwrap();
+    assert!(
+        max <= bound,
+        "{what}: a check took {max:?} (bound {bound:?})"
+    );
+    let slow = outage
+        .iter()
+        .filter(|s| s.latency > Duration::from_millis(5))
+        .count();
+    (max, slow)
+}
+
+/// Awaits the scenarios' report lines, failing if they take over `limit`, and
+/// prints them.
+pub async fn report_within(
+    limit: Duration,
+    scenarios: impl std::future::Future<Output = Vec<String>>,
+) {
+    let lines = tokio::time::timeout(limit, scenarios)
+        .await
+        .unwrap_or_else(|_| panic!("the fault scenarios took over {limit:?}"));
+    for l in lines {
+        println!("{l}");
+    }
+}
+
 /// One check made under [`load`].
 pub struct Sample {
     /// The index of the key checked in `load`'s `keys`.

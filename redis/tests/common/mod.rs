@@ -32,6 +32,31 @@ pub fn backends() -> Vec<(&'static str, Backend)> {
     vec![("standalone", standalone()), ("cluster", cluster())]
 }
 
+/// A xorshift generator: the tests' random traffic, the same for a seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Awaits `test`, failing if it takes over a minute (a hung server or lost reply
+/// fails the test instead of stalling the run).
+pub async fn within_a_minute<F: std::future::Future>(test: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(60), test)
+        .await
+        .expect("took over a minute")
+}
+
 /// A key no other test (or earlier run) uses.
 pub fn fresh(tag: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
