@@ -62,7 +62,13 @@ impl sluicegate_decision {
             allowed: d.allowed,
             remaining: d.remaining,
             retry_after_ns: d.retry_after_ns,
-            reset_after_ns: d.reset_after_ns,
+            // Copied on its own: merged with `retry_after_ns` (the two sit side
+            // by side here and in `Decision`), LLVM loaded both with one 16-byte
+            // load from the engine's answer, which the engine had written with two
+            // 8-byte stores; store forwarding failed, and that one load held 75 %
+            // of `sluicegate_limiter_check_at`'s samples. `check_at/c_abi`
+            // 11.3 -> 9.1 ns (`cargo bench -p sluicegate-ffi --bench abi`).
+            reset_after_ns: core::hint::black_box(d.reset_after_ns),
             limit: d.limit,
             delay_ns,
         }
@@ -217,7 +223,7 @@ pub unsafe extern "C" fn sluicegate_limiter_free(limiter: *mut sluicegate_limite
 /// panic boundary's closure, which LLVM then inlines into the export with that
 /// export's constants (the cost, the time source, check or peek). Shared, the one
 /// closure took ~1.4 ns more per call than specialised. What the boundary costs
-/// (`cargo bench -p sluicegate-ffi --bench abi`, Zen 4 VM): `c_abi` 11.2 ns
+/// (`cargo bench -p sluicegate-ffi --bench abi`, Zen 4 VM): `c_abi` 9.1 ns
 /// against the handle's own type called from Rust (`rust_any`) 6.6 ns and a
 /// concrete `TokenBucket` (`rust`) 3.8 ns. The bench once put the whole gap at
 /// ~2 ns because criterion's `black_box` charged the Rust side for copying its
