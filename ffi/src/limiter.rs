@@ -67,7 +67,9 @@ impl sluicegate_decision {
             // load from the engine's answer, which the engine had written with two
             // 8-byte stores; store forwarding failed, and that one load held 75 %
             // of `sluicegate_limiter_check_at`'s samples. `check_at/c_abi`
-            // 11.3 -> 9.1 ns (`cargo bench -p sluicegate-ffi --bench abi`).
+            // 11.3 -> 9.1 ns (`cargo bench -p sluicegate-ffi --bench abi`). A
+            // performance guard only: `black_box` is the identity, and if a later
+            // compiler lays the fields out otherwise it may stop mattering.
             reset_after_ns: core::hint::black_box(d.reset_after_ns),
             limit: d.limit,
             delay_ns,

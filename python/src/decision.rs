@@ -53,6 +53,7 @@ impl PyDecision {
     /// Rewrites the object in place. Only [`DecisionCache`] calls it, on an
     /// object no one else holds.
     #[inline]
+    #[cfg_attr(Py_GIL_DISABLED, allow(dead_code))]
     fn rewrite(&self, d: Decision) {
         self.allowed.store(d.allowed, Relaxed);
         self.remaining.store(d.remaining, Relaxed);
@@ -75,9 +76,11 @@ impl PyDecision {
 ///   the cache holds the only reference, so no Python code can see the object
 ///   any more and it is rewritten in place and handed out again: the trick
 ///   CPython's `zip` and `enumerate` play with their result tuples. A `Decision`
-///   takes no weak references and is not tracked by the garbage collector, so
-///   the reference count is the whole story. An answer still held elsewhere is
-///   left alone and a fresh object takes its cell.
+///   takes no weak references, and every other way to reach an object (the
+///   garbage collector's lists, frames, containers) holds a counted reference,
+///   so the count is the whole story. An answer still held elsewhere is left
+///   alone and a fresh object takes its cell. Only with the GIL: a free-threaded
+///   build never recycles.
 ///
 /// Never blocks: if another thread holds the cells, the call builds its own
 /// object.
@@ -106,9 +109,13 @@ impl DecisionCache {
             }
             &mut cells.at_rest
         } else {
+            // Without the GIL (a free-threaded build) another thread could take
+            // a reference between the count and the rewrite: no recycling there.
+            #[cfg(not(Py_GIL_DISABLED))]
             if let Some(c) = &cells.scratch {
                 // SAFETY: `c` is a live object (the cell owns a reference) and
-                // `py` proves the GIL is held, so the count is not changing.
+                // `py` proves the GIL is held, so no other thread can change the
+                // count or take a reference until we return.
                 if unsafe { pyo3::ffi::Py_REFCNT(c.as_ptr()) } == 1 {
                     c.get().rewrite(d);
                     return Ok(c.clone_ref(py));
@@ -205,6 +212,11 @@ impl PyDecision {
     /// Equal when every field is; another type compares `NotImplemented`.
     fn __eq__(&self, other: &Self) -> bool {
         self.value() == other.value()
+    }
+
+    /// The negation of `__eq__`; another type compares `NotImplemented`.
+    fn __ne__(&self, other: &Self) -> bool {
+        self.value() != other.value()
     }
 
     fn __hash__(&self) -> u64 {

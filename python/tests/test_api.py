@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import math
+import sys
+import sysconfig
 import threading
 import time
+import tracemalloc
+from collections.abc import Callable
 
 import pytest
 
@@ -221,8 +226,10 @@ def test_held_decisions_never_change_under_threads() -> None:
     lim = TokenBucket("2000/minute")
     results: list[list[tuple[Decision, tuple[bool, int, int, int, int]]]] = [[] for _ in range(4)]
     bad: list[tuple[bool, int, int, int, int]] = []
+    start = threading.Barrier(4)
 
     def run(mine: list[tuple[Decision, tuple[bool, int, int, int, int]]]) -> None:
+        start.wait()
         for i in range(1500):
             if i % 2:
                 d = lim.check()
@@ -234,14 +241,45 @@ def test_held_decisions_never_change_under_threads() -> None:
                     bad.append(seen)
 
     threads = [threading.Thread(target=run, args=(r,)) for r in results]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # A 1 µs switch interval makes the threads take turns between calls (at the
+    # default 5 ms, 6,000 calls fit in a few turns and would run one after another).
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     held = [pair for r in results for pair in r]
     assert bad == []
     assert len(held) == 3000 and all(_fields(d) == snap for d, snap in held)
     assert sum(1 for d, _ in held if d) > 0 and sum(1 for d, _ in held if not d) > 0
+
+
+@pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED")), reason="no recycling without the GIL")
+def test_a_busy_check_builds_no_object() -> None:
+    # Part-spent, so every answer differs: the dropped answer's object is reused,
+    # and 1,000 checks allocate no more than try_acquire() (no object at all),
+    # while peek() (a new object each call) allocates one more each time.
+    lim = TokenBucket("1000000/minute")
+    lim.check()
+
+    def peak(call: Callable[[], object]) -> int:
+        for _ in range(3):
+            call()
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            for _ in itertools.repeat(None, 1000):
+                call()
+            return tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+
+    assert peak(lim.check) <= peak(lim.try_acquire) < peak(lim.peek)
 
 
 def test_a_keyed_limiter_recycles_only_what_nobody_holds() -> None:
@@ -266,6 +304,17 @@ def test_decision_values_in_seconds() -> None:
     assert (bool(d), d.retry_after, d.retry_after_ns, d.reset_after) == (False, 0.5, 500_000_000, 1.0)
     assert d == Decision(allowed=False, remaining=0, retry_after_ns=500_000_000, reset_after_ns=SEC, limit=2)
     assert hash(d) == hash(Decision(allowed=False, remaining=0, retry_after_ns=500_000_000, reset_after_ns=SEC, limit=2))
+    assert d != Decision(allowed=False, remaining=1, retry_after_ns=500_000_000, reset_after_ns=SEC, limit=2)
+
+    class Other:
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __ne__(self, other: object) -> bool:
+            return False
+
+    # Another type: NotImplemented both ways, so the other operand decides.
+    assert d == Other() and not (d != Other()) and d != 1 and not (d == 1)
     assert repr(d) == "Decision(allowed=False, remaining=0, retry_after=0.5, reset_after=1.0, limit=2)"
     with pytest.raises(AttributeError):
         d.allowed = True  # type: ignore[misc]
