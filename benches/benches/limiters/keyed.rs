@@ -63,13 +63,12 @@
 use std::hash::Hash;
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion};
 use governor::DefaultKeyedRateLimiter;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use sluicegate::keyed::KeyedLimiter;
 use sluicegate::{Clock, Decision, Gcra, QuantaClock, Quota};
 
@@ -193,31 +192,33 @@ impl KeyedCheck<String> for MutexMap {
 struct Floor {
     /// Two words a slot; the chase keeps its link in the first.
     words: Vec<AtomicU64>,
-    /// `Some(clock)` for an add after a clock read; `None` for a plain add.
-    clock: Option<QuantaClock>,
-    chase: bool,
-    at: AtomicU64,
+    how: FloorHow,
     keys: usize,
 }
 
+/// What a [`Floor`] call does.
+enum FloorHow {
+    /// An atomic add on the key's slot; with a clock, of a clock read.
+    Add(Option<QuantaClock>),
+    /// A load of the slot the last call's load named (the index it is at).
+    Chase(AtomicU64),
+}
+
 impl Floor {
-    fn new(slots: usize, keys: usize, clock: bool, chase: bool) -> Self {
-        let slots = slots.max(2);
+    fn new(slots: usize, keys: usize, how: FloorHow) -> Self {
         Self {
-            words: (0..2 * slots).map(|_| AtomicU64::new(0)).collect(),
-            clock: clock.then(QuantaClock::default),
-            chase,
-            at: AtomicU64::new(0),
+            words: (0..2 * slots.max(2)).map(|_| AtomicU64::new(0)).collect(),
+            how,
             keys,
         }
     }
 
     fn add(slots: usize, keys: usize, clock: bool) -> Self {
-        Self::new(slots, keys, clock, false)
+        Self::new(slots, keys, FloorHow::Add(clock.then(QuantaClock::default)))
     }
 
     fn chase(slots: usize, keys: usize) -> Self {
-        let f = Self::new(slots, keys, false, true);
+        let f = Self::new(slots, keys, FloorHow::Chase(AtomicU64::new(0)));
         let slots = f.words.len() / 2;
         let mut order: Vec<u64> = (0..slots as u64).collect();
         let mut state = 0xc4a5e_u64;
@@ -238,16 +239,20 @@ impl KeyedCheck<u64> for Floor {
     const STEP_NS: Option<u64> = None;
     #[inline]
     fn call(&self, key: &u64, _: u64) -> u64 {
-        if self.chase {
-            let at = self.words[self.at.load(Ordering::Relaxed) as usize].load(Ordering::Relaxed);
-            self.at.store(at, Ordering::Relaxed);
-            return at;
+        match &self.how {
+            FloorHow::Chase(at) => {
+                let next = self.words[at.load(Ordering::Relaxed) as usize].load(Ordering::Relaxed);
+                at.store(next, Ordering::Relaxed);
+                next
+            }
+            FloorHow::Add(clock) => {
+                // The keys are splitmix64 outputs, uniform already: the multiply
+                // maps them onto the slots evenly.
+                let i = ((u128::from(*key) * (self.words.len() / 2) as u128) >> 64) as usize;
+                let add = clock.as_ref().map_or(1, |c| c.now());
+                self.words[2 * i].fetch_add(add, Ordering::AcqRel)
+            }
         }
-        // The keys are splitmix64 outputs, uniform already: the multiply maps them
-        // onto the slots evenly.
-        let i = ((u128::from(*key) * (self.words.len() / 2) as u128) >> 64) as usize;
-        let add = self.clock.as_ref().map_or(1, |c| c.now());
-        self.words[2 * i].fetch_add(add, Ordering::AcqRel)
     }
     fn admitted(_: &u64) -> bool {
         true
