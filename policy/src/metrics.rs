@@ -175,10 +175,15 @@ impl crate::Policy {
     /// ```
     pub fn metrics_at(&self, now: u64) -> Vec<RuleStats> {
         let snap = self.current.load_full();
+        // One scan of the pool counts every keyed rule's live keys.
+        let live = snap
+            .pool
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.live_keys_at(now));
         snap.rules
             .iter()
             .map(|r| {
-                let (keys, evictions, rejected_keys) = r.limiter.table_stats(now);
+                let (keys, evictions, rejected_keys) = r.limiter.table_stats(&live);
                 let m = &r.metrics;
                 RuleStats {
                     name: r.def.name().to_owned(),

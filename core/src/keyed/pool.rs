@@ -178,18 +178,28 @@ pub struct Pool {
 
 impl Pool {
     /// A pool using at most `bytes` for its slots and its sketch, allocated
-    /// now, fallibly ([`SpecError::Alloc`]); at least one group of 8 slots.
+    /// now, fallibly ([`SpecError::Alloc`]); at least one group of 8 slots and
+    /// the sketch's 64 cells (1,152 bytes).
     ///
     /// ```
     /// use sluicegate::keyed::Pool;
     /// use sluicegate::SpecError;
     /// assert_eq!(Pool::with_memory(1 << 16)?.capacity(), 496 * 8); // 65,536 / 132 bytes a group
+    /// assert_eq!(Pool::with_memory(1152)?.capacity(), 8);
     /// assert!(matches!(Pool::with_memory(usize::MAX), Err(SpecError::Alloc { .. })));
     /// assert!(matches!(Pool::with_memory(10), Err(SpecError::Config { .. })));
     /// # Ok::<(), SpecError>(())
     /// ```
     pub fn with_memory(bytes: usize) -> Result<Pool, SpecError> {
-        let groups = bytes / GROUP_BYTES;
+        let cost = |groups: usize| {
+            groups * core::mem::size_of::<Group>()
+                + sketch::cells_for(groups * GROUP_SLOTS) * core::mem::size_of::<Slot>()
+        };
+        let mut groups = bytes / GROUP_BYTES;
+        // The sketch has a floor of cells: a small pool gives up groups for it.
+        while groups > 0 && cost(groups) > bytes {
+            groups -= 1;
+        }
         if groups == 0 {
             let error = ConfigError::Zero { field: "memory" };
             return Err(SpecError::Config { index: 0, error });
@@ -237,6 +247,19 @@ impl Pool {
     /// ```
     pub fn memory(&self) -> usize {
         core::mem::size_of_val(&*self.inner.groups) + core::mem::size_of_val(self.inner.cells.get())
+    }
+
+    /// Whether `other` is a handle to the same pool.
+    ///
+    /// ```
+    /// # use sluicegate::keyed::Pool;
+    /// let p = Pool::with_memory(1 << 16)?;
+    /// assert!(p.same(&p.clone()));
+    /// assert!(!p.same(&Pool::with_memory(1 << 16)?));
+    /// # Ok::<(), sluicegate::SpecError>(())
+    /// ```
+    pub fn same(&self, other: &Pool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Limits registered and alive.
