@@ -46,7 +46,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         allowed += usize::from(policy.check_n_at(&attrs, 1, 0).allowed());
     }
     let live: u64 = policy.metrics_at(0).iter().map(|m| m.keys).sum();
-    println!("| rules | keys seen | admitted | live keys | pool | build | RSS before | built | after checks |");
+    println!(
+        "| rules | keys seen | admitted | live keys | pool | build | RSS before | built | after checks |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
         "| {rules} | {keys} | {allowed} | {live} | {:.1} MiB | {:.0} ms | {start_rss:.1} MiB | {built_rss:.1} MiB | {:.1} MiB |",
