@@ -41,6 +41,13 @@ pub(super) fn claimed(fp: u64, state: u64) -> u128 {
     ((fp as u128) << 64) | state as u128
 }
 
+/// Whether slot value `v` is a committed slot of `fp` (one compare: the pending
+/// bit lies in the fingerprint's word).
+#[inline(always)]
+pub(super) fn committed_to(v: u128, fp: u64) -> bool {
+    (v >> 64) as u64 == fp
+}
+
 /// Whether slot value `v` is a placement still pending.
 #[inline]
 pub(super) fn is_pending(v: u128) -> bool {
@@ -85,7 +92,9 @@ impl StateCell for KeySlot<'_> {
     type Raw = u128;
     #[inline(always)]
     fn state(&self, raw: u128) -> Option<u64> {
-        (fp_of(raw) == self.fp && !is_pending(raw)).then_some(state_of(raw))
+        // One compare: the high word is the fingerprint alone only when the
+        // pending bit is clear.
+        committed_to(raw, self.fp).then_some(state_of(raw))
     }
     #[inline(always)]
     fn swap_state(&self, current: u128, next: u64) -> Result<(), u128> {

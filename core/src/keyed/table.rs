@@ -41,7 +41,9 @@
 use core::hash::BuildHasher;
 
 use super::Keyed;
-use super::slot::{FP_MASK, Group, KeySlot, PENDING, Slot, claimed, fp_of, is_pending, state_of};
+use super::slot::{
+    FP_MASK, Group, KeySlot, PENDING, Slot, claimed, committed_to, fp_of, is_pending, state_of,
+};
 use super::stats::{Event, FullPolicy};
 use crate::decision::Decision;
 use crate::error::InsufficientCapacity;
@@ -152,6 +154,20 @@ fn find<'a>(probe: &Probe<'a>) -> Option<(&'a Slot, u128)> {
     None
 }
 
+/// The key's committed slot: what a check decides on.
+#[inline(always)]
+fn find_committed<'a>(probe: &Probe<'a>) -> Option<(&'a Slot, u128)> {
+    for g in &probe.window[..probe.probe] {
+        for s in g.slots() {
+            let v = s.load();
+            if committed_to(v, probe.fp) {
+                return Some((s, v));
+            }
+        }
+    }
+    None
+}
+
 /// The key's candidate slots in scan order.
 fn candidates<'a>(probe: &Probe<'a>) -> impl Iterator<Item = &'a Slot> + 'a {
     let groups = probe.window;
@@ -175,10 +191,10 @@ pub(super) fn run_with<A: Algorithm, S: Space<A> + ?Sized>(
     consume: bool,
 ) -> Result<(Step, u64), InsufficientCapacity> {
     let probe = probe(space, h);
-    let mut hit = find(&probe);
+    let mut hit = find_committed(&probe);
     let now = now();
     loop {
-        if let Some((slot, v)) = hit.filter(|(_, v)| !is_pending(*v)) {
+        if let Some((slot, v)) = hit {
             let cell = KeySlot { slot, fp: probe.fp };
             // Parameters are read after the slot, as in the single limiter
             // (limiter.rs explains why the order matters for `set_quota`).
@@ -186,7 +202,7 @@ pub(super) fn run_with<A: Algorithm, S: Space<A> + ?Sized>(
                 Some(done) => return Ok(done),
                 // Another key took the slot over: look again.
                 None => {
-                    hit = find(&probe);
+                    hit = find_committed(&probe);
                     continue;
                 }
             }
@@ -200,7 +216,7 @@ pub(super) fn run_with<A: Algorithm, S: Space<A> + ?Sized>(
         if let Some(step) = place(space, &probe, n, now)? {
             return Ok(step);
         }
-        hit = find(&probe);
+        hit = find_committed(&probe);
     }
 }
 
@@ -215,7 +231,7 @@ pub(super) fn give_back<A: Algorithm, S: Space<A> + ?Sized>(
     now: impl Fn() -> u64,
 ) {
     let probe = probe(space, h);
-    if let Some((slot, v)) = find(&probe).filter(|(_, v)| !is_pending(*v)) {
+    if let Some((slot, v)) = find_committed(&probe) {
         let cell = KeySlot { slot, fp: probe.fp };
         give_back_cell::<A, _>(&cell, v, || space.params(), n, taken, now);
     }
