@@ -87,10 +87,19 @@ const HASH_BITS: u32 = 63 - ID_BITS;
 const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
 /// Ids are 1..=MAX_ID (0 marks an empty slot).
 const MAX_ID: usize = (1 << ID_BITS) - 1;
+const ID_MASK: u64 = MAX_ID as u64;
+/// A sketch cell's owner tag: the limit's id and the low bits of its
+/// generation (each registration of an id is a new generation), so a cell a
+/// gone limit's eviction wrote late is never read as a new limit's.
+const GEN_MASK: u64 = HASH_MASK;
 /// Registry entries are allocated this many at a time, as ids are first used.
 const CHUNK: usize = 256;
 /// A limit at its bound recounts its live keys at most this often.
 const RECOUNT_NS: u64 = 1_000_000_000;
+/// A check this far before the next recount is due means time went back (a
+/// far-future check happened): recount now. Callers' clocks may disagree by
+/// less than this without causing extra recounts.
+const RECOUNT_SKEW_NS: u64 = 60 * RECOUNT_NS;
 /// Bytes a group costs with its share of the sketch (a cell per 32 slots).
 const GROUP_BYTES: usize = core::mem::size_of::<Group>() + GROUP_SLOTS * 16 / 32;
 
@@ -115,6 +124,8 @@ struct Entry {
     config: ConfigCell,
     /// Its salt: mixed into its keys' hashes.
     salt: AtomicU64,
+    /// Registrations of this id so far: the current one's generation.
+    generation: AtomicU64,
     /// Slots it holds (approximately: see the module docs), and its bound.
     held: AtomicU64,
     bound: AtomicU64,
@@ -130,6 +141,7 @@ impl Entry {
             kind: AtomicU64::new(0),
             config: ConfigCell::new([0; PARAM_WORDS]),
             salt: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             held: AtomicU64::new(0),
             bound: AtomicU64::new(0),
             recount_at: AtomicU64::new(0),
@@ -140,6 +152,17 @@ impl Entry {
     fn kind(&self) -> Kind {
         let i = self.kind.load(order::STAT) as usize;
         Kind::ALL.get(i).copied().unwrap_or(Kind::TokenBucket)
+    }
+
+    /// The live limit's kind, parameters and generation, read consistently: `None`
+    /// if it is not alive or was registered anew while being read.
+    fn alive(&self) -> Option<(Kind, [u64; PARAM_WORDS], u64)> {
+        let generation = self.generation.load(order::LOAD);
+        if self.state.load(order::LOAD) != ALIVE {
+            return None;
+        }
+        let (kind, words) = (self.kind(), self.config.load());
+        (self.generation.load(order::LOAD) == generation).then_some((kind, words, generation))
     }
 }
 
@@ -349,10 +372,11 @@ impl Pool {
         let _ = e.config.update(|_| Ok::<_, ()>(words));
         let index = Kind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
         e.kind.store(index as u64, order::STAT);
-        e.salt.store(
-            (id as u64 ^ inner.hasher_seed()).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
-            order::STAT,
-        );
+        let generation = e.generation.load(order::STAT).wrapping_add(1);
+        e.generation.store(generation, order::STORE);
+        let salt = (id as u64 ^ generation.rotate_left(17) ^ inner.hasher_seed())
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        e.salt.store(salt, order::STAT);
         e.held.store(0, order::STAT);
         e.bound.store(bound as u64, order::STAT);
         e.recount_at.store(0, order::STAT);
@@ -361,11 +385,17 @@ impl Pool {
         Ok(Member {
             inner: inner.clone(),
             id: id as u64,
-            salt: e.salt.load(order::STAT),
+            tag: tag(id as u64, generation),
+            salt,
             policy: FullPolicy::default(),
             _algorithm: PhantomData,
         })
     }
+}
+
+/// The sketch-cell owner tag of generation `generation` of id `id`.
+fn tag(id: u64, generation: u64) -> u64 {
+    ((generation & GEN_MASK) << ID_BITS) | id
 }
 
 impl Inner {
@@ -394,37 +424,62 @@ impl Inner {
         if fp_of(v) == 0 {
             return Held::Empty;
         }
-        match self.entry(id_of(v)) {
-            Some(e) if e.state.load(order::LOAD) == ALIVE => e.kind().dispatch(Judge {
-                words: e.config.load(),
-                v,
-                now,
-            }),
-            _ => Held::Fresh,
+        let Some(e) = self.entry(id_of(v)) else {
+            return Held::Fresh;
+        };
+        match e.alive() {
+            Some((kind, words, _)) => kind.dispatch(Judge { words, v, now }),
+            // Registered anew while being read: leave it be.
+            None if e.state.load(order::LOAD) == ALIVE => Held::Live { left: u64::MAX },
+            None => Held::Fresh,
         }
     }
 
     /// Folds the live state in slot value `v` into the sketch as its own
     /// limit's; `false`: it cannot be remembered.
     fn fold(&self, v: u128, now: u64) -> bool {
-        match self.entry(id_of(v)) {
-            Some(e) if e.state.load(order::LOAD) == ALIVE => e.kind().dispatch(Fold {
+        let Some(e) = self.entry(id_of(v)) else {
+            return true;
+        };
+        match e.alive() {
+            Some((kind, words, generation)) => kind.dispatch(Fold {
                 pool: self,
-                words: e.config.load(),
+                owner: tag(id_of(v), generation),
+                words,
                 v,
                 now,
             }),
+            // Registered anew while being read: not evicted.
+            None if e.state.load(order::LOAD) == ALIVE => false,
             // A gone limit's state needs no remembering.
-            _ => true,
+            None => true,
         }
     }
 
     /// Whether sketch cell value `c` tells its owner nothing any more.
     fn cell_fresh(&self, c: u128, now: u64) -> bool {
-        // A cell is tagged with its owner's id alone (no key hash): judged as a
-        // slot of that limit.
-        let as_slot = (u128::from(fp_of(c) << HASH_BITS) << 64) | u128::from(state_of(c));
-        !matches!(self.judge(as_slot, now), Held::Live { .. })
+        // A cell is tagged with its owner's id and generation (no key hash): a
+        // cell of another generation of the id tells nobody anything.
+        let owner = fp_of(c);
+        let Some(e) = self.entry(owner & ID_MASK) else {
+            return true;
+        };
+        match e.alive() {
+            Some((kind, words, generation)) if tag(owner & ID_MASK, generation) == owner => {
+                let as_slot =
+                    (u128::from((owner & ID_MASK) << HASH_BITS) << 64) | u128::from(state_of(c));
+                !matches!(
+                    kind.dispatch(Judge {
+                        words,
+                        v: as_slot,
+                        now
+                    }),
+                    Held::Live { .. }
+                )
+            }
+            Some(_) => true,
+            None => e.state.load(order::LOAD) != ALIVE,
+        }
     }
 
     /// Empties every slot and cell of the gone ids and frees them. Called with
@@ -438,7 +493,7 @@ impl Inner {
         for g in self.groups.iter() {
             g.clear_where(|v| gone(id_of(v)));
         }
-        self.cells.clear_where(gone);
+        self.cells.clear_where(|owner| gone(owner & ID_MASK));
         for id in ids.gone.drain(..) {
             if let Some(e) = self.entry(u64::from(id)) {
                 e.state.store(FREE, order::STORE);
@@ -473,6 +528,8 @@ impl Dispatch for Judge {
 /// [`Inner::fold`] for the algorithm of the slot's limit.
 struct Fold<'a> {
     pool: &'a Inner,
+    /// The owner's tag (its id and generation).
+    owner: u64,
     words: [u64; PARAM_WORDS],
     v: u128,
     now: u64,
@@ -484,7 +541,7 @@ impl Dispatch for Fold<'_> {
         let p = A::from_words(self.words);
         let (v, now, pool) = (self.v, self.now, self.pool);
         pool.cells
-            .fold::<A>(&p, id_of(v), fp_of(v), state_of(v), now, |c| {
+            .fold::<A>(&p, self.owner, fp_of(v), state_of(v), now, |c| {
                 pool.cell_fresh(c, now)
             })
     }
@@ -500,6 +557,8 @@ impl Dispatch for Fold<'_> {
 pub(super) struct Member<A> {
     inner: Arc<Inner>,
     id: u64,
+    /// Its sketch cells' owner tag.
+    tag: u64,
     salt: u64,
     pub(super) policy: FullPolicy,
     _algorithm: PhantomData<fn() -> A>,
@@ -571,7 +630,8 @@ impl<A: Algorithm> Member<A> {
         for g in self.inner.groups.iter() {
             g.clear_where(|v| id_of(v) == id);
         }
-        self.inner.cells.clear_where(|owner| owner == id);
+        let tag = self.tag;
+        self.inner.cells.clear_where(|owner| owner == tag);
         if let Some(e) = self.entry() {
             e.held.store(0, order::STAT);
         }
@@ -609,7 +669,7 @@ impl<A: Algorithm> Space<A> for Member<A> {
         self.inner.fold(v, now)
     }
     fn start(&self, p: &A::Params, fp: u64, now: u64) -> u64 {
-        self.inner.cells.start::<A>(p, self.id, fp, now)
+        self.inner.cells.start::<A>(p, self.tag, fp, now)
     }
     fn full_policy(&self) -> FullPolicy {
         self.policy
@@ -648,7 +708,7 @@ impl<A: Algorithm> Space<A> for Member<A> {
         // Due at `at`, or at once if time went back (a far-future check must not
         // put the next recount out of reach).
         let at = e.recount_at.load(order::STAT);
-        let due = now >= at || at - now > RECOUNT_NS;
+        let due = now >= at || at - now > RECOUNT_SKEW_NS;
         if !due
             || e.recount_at
                 .compare_exchange(at, now.saturating_add(RECOUNT_NS), order::STAT, order::STAT)

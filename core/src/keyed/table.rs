@@ -42,7 +42,8 @@ use core::hash::BuildHasher;
 
 use super::Keyed;
 use super::slot::{
-    FP_MASK, Group, KeySlot, PENDING, Slot, claimed, committed_to, fp_of, is_pending, state_of,
+    FP_MASK, GROUP_SLOTS, Group, KeySlot, PENDING, Slot, claimed, committed_to, fp_of, is_pending,
+    state_of,
 };
 use super::stats::{Event, FullPolicy};
 use crate::decision::Decision;
@@ -374,7 +375,10 @@ fn choose<'a, A: Algorithm, S: Space<A> + ?Sized>(
     bounded: bool,
 ) -> Chosen<'a> {
     let mut room = [Room::default(); PROBE_GROUPS];
-    let mut stalest: Option<(&Slot, u128, u64)> = None;
+    // Live candidates, for an eviction: the stalest first.
+    let mut live: [Option<(&Slot, u128, u64)>; PROBE_GROUPS * GROUP_SLOTS] =
+        [None; PROBE_GROUPS * GROUP_SLOTS];
+    let mut lives = 0;
     for (g, r) in probe.window[..probe.probe].iter().zip(room.iter_mut()) {
         for s in g.slots() {
             let v = s.load();
@@ -394,8 +398,9 @@ fn choose<'a, A: Algorithm, S: Space<A> + ?Sized>(
                 // not free either.
                 Held::Live { .. } if is_pending(v) => {}
                 Held::Live { left } => {
-                    if stalest.is_none_or(|(_, _, l)| left < l) {
-                        stalest = Some((s, v, left));
+                    if let Some(at) = live.get_mut(lives) {
+                        *at = Some((s, v, left));
+                        lives += 1;
                     }
                 }
             }
@@ -406,23 +411,30 @@ fn choose<'a, A: Algorithm, S: Space<A> + ?Sized>(
     } else {
         room[0]
     };
-    match (best.empty, best.fresh, stalest) {
-        (Some((s, v)), _, _) => Chosen::Slot(s, v, Event::Inserted),
-        (None, Some((s, v)), _) => Chosen::Slot(s, v, Event::Reused),
-        (None, None, _) if space.full_policy() == FullPolicy::AllowUnlimited => Chosen::Unlimited,
-        (None, None, Some((s, v, left))) if space.full_policy() == FullPolicy::EvictStalest => {
-            if !space.fold(p, v, now) {
-                Chosen::TurnedAway(Some(left))
-            } else if s.load() == v {
-                Chosen::Slot(s, v, Event::Evicted)
-            } else {
-                Chosen::Retry
+    let live = &mut live[..lives];
+    live.sort_unstable_by_key(|c| c.map_or(u64::MAX, |(_, _, left)| left));
+    let stalest = live.first().copied().flatten().map(|(_, _, left)| left);
+    match (best.empty, best.fresh) {
+        (Some((s, v)), _) => Chosen::Slot(s, v, Event::Inserted),
+        (None, Some((s, v))) => Chosen::Slot(s, v, Event::Reused),
+        (None, None) if space.full_policy() == FullPolicy::AllowUnlimited => Chosen::Unlimited,
+        (None, None) if space.full_policy() == FullPolicy::EvictStalest => {
+            // The stalest whose state can be remembered (in a pool, a cell held
+            // live by another limit refuses a fold: try the next).
+            for &(s, v, _) in live.iter().flatten() {
+                if space.fold(p, v, now) {
+                    return if s.load() == v {
+                        Chosen::Slot(s, v, Event::Evicted)
+                    } else {
+                        Chosen::Retry
+                    };
+                }
             }
+            Chosen::TurnedAway(stalest)
         }
-        (None, None, Some((_, _, left))) => Chosen::TurnedAway(Some(left)),
-        // No slot this limit may take (at its bound of live keys, none of the
-        // candidates is its own).
-        (None, None, None) => Chosen::TurnedAway(None),
+        // Rejected by the policy; or no slot this limit may take (at its bound of
+        // live keys, none of the candidates is its own): `stalest` is `None`.
+        (None, None) => Chosen::TurnedAway(stalest),
     }
 }
 
