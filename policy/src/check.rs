@@ -37,12 +37,12 @@ use sluicegate::{Decision as Verdict, Outcome, Receipt};
 
 use crate::attrs::AttrName;
 use crate::backend::Answer;
+use crate::counters::bump;
 use crate::decision::{Decision, Item, Pending, Stage};
 use crate::def::Mode;
-use crate::index::{Mask, bits};
+use crate::index::{Candidates, Id};
 use crate::key::{KeyRef, Lookup};
-use crate::metrics::bump;
-use crate::policy::{Compiled, Rule};
+use crate::model::{Compiled, Rule};
 
 /// One rule run for one request.
 struct Ctx<'a, L: ?Sized> {
@@ -143,14 +143,19 @@ pub(crate) fn decide<L: Lookup + ?Sized>(
     });
 }
 
-/// Runs `f` with the request's context and the rules it may match, in file
-/// order: the index's candidates, else every rule.
+thread_local! {
+    /// This thread's scratch list of index hits (reused).
+    static HITS: RefCell<Vec<Id>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with the request's context and the rules it may match (the index's
+/// candidates), in file order.
 fn with_candidates<L: Lookup + ?Sized, R>(
     snap: &Compiled,
     lookup: &L,
     n: u64,
     now: u64,
-    f: impl FnOnce(&Ctx<'_, L>, &mut dyn Iterator<Item = usize>) -> R,
+    f: impl FnOnce(&Ctx<'_, L>, Candidates<'_>) -> R,
 ) -> R {
     let cx = Ctx {
         lookup,
@@ -159,14 +164,14 @@ fn with_candidates<L: Lookup + ?Sized, R>(
         n,
         now,
     };
-    let mut mask = Mask::default();
-    let indexed = snap.index.candidates(lookup, &snap.names, &mut mask);
-    let candidates: &mut dyn Iterator<Item = usize> = if indexed {
-        &mut bits(&mask)
-    } else {
-        &mut (0..snap.rules.len())
-    };
-    f(&cx, candidates)
+    HITS.with(|hits| match hits.try_borrow_mut() {
+        Ok(mut hits) => f(&cx, snap.index.candidates(lookup, &snap.names, &mut hits)),
+        // A check inside a check on this thread (see `decide`): its own list.
+        Err(_) => f(
+            &cx,
+            snap.index.candidates(lookup, &snap.names, &mut Vec::new()),
+        ),
+    })
 }
 
 /// Whether [`decide`] may wait for a shared backend. It answers `false` only

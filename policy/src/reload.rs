@@ -18,83 +18,17 @@
 //!
 //! Counters follow the rule's name.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::backend::{Limiter, RemoteFactory};
-use crate::def::{Backend, PolicyDef};
-use crate::diag::{Code, Diagnostic, Error, Severity};
-use crate::metrics::RuleMetrics;
-use crate::policy::{Compiled, Policy, compile, read};
-
-type Parts = (Arc<Limiter>, Arc<RuleMetrics>);
-
-/// The limiter and counters of each rule of `def`, from `old` where kept.
-pub(crate) fn plan(
-    def: &PolicyDef,
-    old: Option<&Compiled>,
-    remote: Option<&dyn RemoteFactory>,
-    file: &str,
-) -> Result<Vec<Parts>, Error> {
-    let previous = |name: &str| old.and_then(|o| o.rules.iter().find(|r| r.def.name() == name));
-    let mut out = Vec::with_capacity(def.rules.len());
-    // (limiter, spec to restore) for limits changed in place, undone on failure.
-    let mut changed = Vec::new();
-    let mut fail = None;
-    let redis_changed = old.is_some_and(|o| o.def.redis() != def.redis());
-    for rule in &def.rules {
-        let prev = previous(rule.name());
-        let metrics = prev.map_or_else(Arc::default, |p| p.metrics.clone());
-        // Counters follow the name; a Redis rule under a changed `[redis]` table
-        // keeps nothing else.
-        let prev = prev.filter(|_| rule.backend() == Backend::Local || !redis_changed);
-        if let Some(p) = prev.filter(|p| p.def.same_limiter(rule)) {
-            out.push((p.limiter.clone(), metrics));
-            continue;
-        }
-        let same_shape = prev.filter(|p| {
-            p.def.key() == rule.key()
-                && p.def.backend() == rule.backend()
-                && p.def.capacity() == rule.capacity()
-                && p.def.stripes() == rule.stripes()
-                && (rule.backend() == Backend::Local || p.def.on_error() == rule.on_error())
-        });
-        if let Some(p) = same_shape {
-            if p.limiter.set_spec(rule.spec()).is_ok() {
-                changed.push((p.limiter.clone(), *p.def.spec()));
-                out.push((p.limiter.clone(), metrics));
-                continue;
-            }
-        }
-        match Limiter::build(rule, def.redis(), remote) {
-            Ok(l) => out.push((Arc::new(l), metrics)),
-            Err(message) => {
-                fail = Some(Diagnostic {
-                    severity: Severity::Error,
-                    code: Code::Build,
-                    file: file.to_owned(),
-                    line: rule.line(),
-                    column: 1,
-                    rule: Some(rule.name().to_owned()),
-                    message,
-                });
-                break;
-            }
-        }
-    }
-    match fail {
-        None => Ok(out),
-        Some(d) => {
-            for (l, spec) in changed {
-                let _ = l.set_spec(&spec);
-            }
-            Err(Error::one(d))
-        }
-    }
-}
+use crate::def::PolicyDef;
+use crate::diag::{Diagnostic, Error};
+use crate::model::{Rule, compile, read};
+use crate::policy::Policy;
 
 /// What a successful reload did.
 ///
@@ -172,8 +106,9 @@ impl Policy {
             removed: 0,
             warnings,
         };
+        let before: HashMap<&str, &Rule> = old.rules.iter().map(|o| (o.def.name(), o)).collect();
         for rule in new.rules.iter() {
-            match old.rules.iter().find(|o| o.def.name() == rule.def.name()) {
+            match before.get(rule.def.name()) {
                 Some(o)
                     if Arc::ptr_eq(&o.limiter, &rule.limiter) && o.def.same_limiter(&rule.def) =>
                 {
@@ -183,10 +118,11 @@ impl Policy {
                 _ => r.built += 1,
             }
         }
+        let after: HashSet<&str> = new.rules.iter().map(|n| n.def.name()).collect();
         r.removed = old
             .rules
             .iter()
-            .filter(|o| !new.rules.iter().any(|n| n.def.name() == o.def.name()))
+            .filter(|o| !after.contains(o.def.name()))
             .count();
         new.def.warnings = r.warnings.clone();
         self.current.store(Arc::new(new));
