@@ -120,7 +120,11 @@ pub(crate) fn plan(
     remote: Option<&dyn RemoteFactory>,
     file: &str,
 ) -> Result<Vec<Parts>, Error> {
-    let previous = |name: &str| old.and_then(|o| o.rules.iter().find(|r| r.def.name() == name));
+    // By name once, not a search per rule: a reload of n rules is O(n).
+    let by_name: HashMap<&str, &Rule> = old
+        .map(|o| o.rules.iter().map(|r| (r.def.name(), r)).collect())
+        .unwrap_or_default();
+    let previous = |name: &str| by_name.get(name).copied();
     let mut out = Vec::with_capacity(def.rules.len());
     // (limiter, spec to restore) for limits changed in place, undone on failure.
     let mut changed = Vec::new();
