@@ -131,7 +131,10 @@ impl RuleIndex {
                 .iter()
                 .filter_map(|(a, c)| Some((*a, slots(c)?)))
                 .min_by_key(|(a, s)| {
-                    let share: u64 = s.clone().map(|s| u64::from(shared[&(*a, s)])).sum();
+                    let share: u64 = s
+                        .clone()
+                        .map(|s| shared.get(&(*a, s)).map_or(0, |&n| u64::from(n)))
+                        .sum();
                     let breadth = s.clone().map(Slot::breadth).max().unwrap_or(0);
                     (share, breadth)
                 });
@@ -247,7 +250,7 @@ struct Trie {
 
 #[derive(Debug, Default)]
 struct Node {
-    next: HashMap<Box<str>, u32>,
+    next: HashMap<Box<str>, usize>,
     /// The rules filed under the directory this node ends.
     ids: Vec<Id>,
 }
@@ -259,12 +262,11 @@ impl Trie {
         }
         let mut at = 0;
         for seg in dir.split('/') {
-            let fresh = u32::try_from(self.nodes.len()).unwrap_or(u32::MAX);
-            let next = *self.nodes[at].next.entry(seg.into()).or_insert(fresh);
-            if next == fresh {
+            let fresh = self.nodes.len();
+            at = *self.nodes[at].next.entry(seg.into()).or_insert(fresh);
+            if at == fresh {
                 self.nodes.push(Node::default());
             }
-            at = next as usize;
         }
         push(&mut self.nodes[at].ids, id);
     }
@@ -272,20 +274,17 @@ impl Trie {
     /// Appends the rules filed under each directory of `value` to `out`; how many
     /// lists it appended.
     fn find(&self, value: &str, out: &mut Vec<Id>) -> usize {
-        let (mut at, mut lists) = (0, 0);
-        if self.nodes.is_empty() {
-            return 0;
-        }
+        let (mut node, mut lists) = (self.nodes.first(), 0);
         for seg in value.split('/') {
-            match self.nodes[at].next.get(seg) {
-                Some(&n) => at = n as usize,
-                None => break,
-            }
-            let ids = &self.nodes[at].ids;
-            if !ids.is_empty() {
-                out.extend_from_slice(ids);
+            let next = node
+                .and_then(|n| n.next.get(seg))
+                .and_then(|&i| self.nodes.get(i));
+            let Some(next) = next else { break };
+            if !next.ids.is_empty() {
+                out.extend_from_slice(&next.ids);
                 lists += 1;
             }
+            node = Some(next);
         }
         lists
     }
