@@ -64,13 +64,14 @@ mod raw;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod reload;
+mod state;
 mod table;
 mod validate;
 
 pub use attrs::{AttrName, Attrs};
 pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
 pub use decision::{Decision, RuleDecision};
-pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef};
+pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, StateSettings};
 pub use diag::{Code, Diagnostic, Error, Severity};
 #[cfg(feature = "tower")]
 pub use layer::{ExtraAttrs, PolicyLayer, PolicyService};

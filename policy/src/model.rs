@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use sluicegate::keyed::Pool;
+
 use crate::attrs::AttrName;
 use crate::backend::{Limiter, RemoteFactory};
 use crate::cond::Cond;
@@ -20,8 +22,10 @@ pub(crate) struct Compiled {
     pub rules: Box<[Rule]>,
     /// Every attribute a rule matches or keys on, once.
     pub names: Box<[AttrName]>,
-    /// Which rules a request can match, by their exact-match conditions.
+    /// Which rules a request can match ([`RuleIndex`]).
     pub index: RuleIndex,
+    /// Where the keyed rules keep their keys (`None`: no keyed rule yet).
+    pub pool: Option<Pool>,
 }
 
 /// One rule and its state; the state (`limiter`, `metrics`) is shared with the
@@ -69,9 +73,17 @@ pub(crate) fn compile(
     def: PolicyDef,
     old: Option<&Compiled>,
     remote: Option<&dyn RemoteFactory>,
+    given: Option<&Pool>,
     file: &str,
 ) -> Result<Compiled, Error> {
-    let plan = plan(&def, old, remote, file)?;
+    let pool = crate::state::choose(
+        &def,
+        old.and_then(|o| o.pool.as_ref()),
+        old.map(|o| &o.def),
+        given,
+        file,
+    )?;
+    let plan = plan(&def, old, remote, pool.as_ref(), file)?;
     let mut names: Vec<AttrName> = Vec::new();
     let mut seen: HashMap<AttrName, u16> = HashMap::new();
     let mut index = |name: &AttrName| -> u16 {
@@ -108,6 +120,7 @@ pub(crate) fn compile(
         def,
         rules,
         names: names.into(),
+        pool,
     })
 }
 
@@ -118,21 +131,33 @@ pub(crate) fn plan(
     def: &PolicyDef,
     old: Option<&Compiled>,
     remote: Option<&dyn RemoteFactory>,
+    pool: Option<&Pool>,
     file: &str,
 ) -> Result<Vec<Parts>, Error> {
-    // By name once, not a search per rule: a reload of n rules is O(n).
     let by_name: HashMap<&str, &Rule> = old
         .map(|o| o.rules.iter().map(|r| (r.def.name(), r)).collect())
         .unwrap_or_default();
-    let previous = |name: &str| by_name.get(name).copied();
+    // A rule whose keys live in the pool keeps its limiter only in the same pool.
+    let same_pool = match (old.and_then(|o| o.pool.as_ref()), pool) {
+        (Some(a), Some(b)) => a.same(b),
+        _ => false,
+    };
+    let previous = |name: &str| {
+        by_name
+            .get(name)
+            .copied()
+            .filter(|r| same_pool || !r.limiter.in_pool())
+    };
     let mut out = Vec::with_capacity(def.rules.len());
     // (limiter, spec to restore) for limits changed in place, undone on failure.
     let mut changed = Vec::new();
     let mut fail = None;
     let redis_changed = old.is_some_and(|o| o.def.redis() != def.redis());
     for rule in &def.rules {
+        let metrics = by_name
+            .get(rule.name())
+            .map_or_else(Arc::default, |p| p.metrics.clone());
         let prev = previous(rule.name());
-        let metrics = prev.map_or_else(Arc::default, |p| p.metrics.clone());
         // Counters follow the name; a Redis rule under a changed `[redis]` table
         // keeps nothing else.
         let prev = prev.filter(|_| rule.backend() == Backend::Local || !redis_changed);
@@ -154,7 +179,7 @@ pub(crate) fn plan(
                 continue;
             }
         }
-        match Limiter::build(rule, def.redis(), remote) {
+        match Limiter::build(rule, def.redis(), remote, pool) {
             Ok(l) => out.push((Arc::new(l), metrics)),
             Err(message) => {
                 fail = Some(Diagnostic {

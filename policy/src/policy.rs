@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use sluicegate::keyed::Pool;
 use sluicegate::{Clock, DefaultClock};
 
 use crate::attrs::Attrs;
@@ -50,6 +51,9 @@ pub struct Policy {
     pub(crate) current: ArcSwap<Compiled>,
     pub(crate) clock: DefaultClock,
     pub(crate) remote: Option<Arc<dyn RemoteFactory>>,
+    /// The pool the policy was built on ([`PolicyBuilder::pool`]), kept across
+    /// reloads; `None`: its own, sized by `[state]`.
+    pub(crate) pool: Option<Pool>,
     pub(crate) reload: Mutex<ReloadStats>,
     pub(crate) reloading: Mutex<()>,
 }
@@ -73,6 +77,7 @@ impl std::fmt::Debug for Policy {
 #[derive(Default)]
 pub struct PolicyBuilder {
     remote: Option<Arc<dyn RemoteFactory>>,
+    pool: Option<Pool>,
 }
 
 impl PolicyBuilder {
@@ -87,6 +92,27 @@ impl PolicyBuilder {
     /// ```
     pub fn remote(mut self, factory: impl RemoteFactory + 'static) -> Self {
         self.remote = Some(Arc::new(factory));
+        self
+    }
+
+    /// Keeps the keyed rules' keys in `pool`, shared with whatever else uses it
+    /// (a server's domains), instead of a pool of the policy's own sized by its
+    /// `[state]` table (which is then ignored). Reloads keep it.
+    ///
+    /// ```
+    /// use sluicegate::keyed::Pool;
+    /// use sluicegate_policy::Policy;
+    /// let pool = Pool::with_memory(4 << 20)?;
+    /// let text = "[[rule]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = \"1/s\"\n";
+    /// let a = Policy::builder().pool(pool.clone()).from_toml(text)?;
+    /// let b = Policy::builder().pool(pool.clone()).from_toml(text)?;
+    /// assert_eq!(pool.limits(), 2); // one limit of each policy, in one pool
+    /// assert!(a.check_n_at(&[("ip", "1")], 1, 0).allowed());
+    /// assert!(b.check_n_at(&[("ip", "1")], 1, 0).allowed()); // its own state
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.pool = Some(pool);
         self
     }
 
@@ -118,12 +144,14 @@ impl PolicyBuilder {
             def,
             None,
             self.remote.as_deref(),
+            self.pool.as_ref(),
             file.unwrap_or("<policy>"),
         )?;
         Ok(Policy {
             current: ArcSwap::from_pointee(compiled),
             clock: DefaultClock::default(),
             remote: self.remote,
+            pool: self.pool,
             reload: Mutex::new(ReloadStats::default()),
             reloading: Mutex::new(()),
         })

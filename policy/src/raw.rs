@@ -15,8 +15,15 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub defaults: RawDefaults,
     pub redis: Option<S<RawRedis>>,
+    pub state: Option<S<RawState>>,
     #[serde(default)]
     pub rule: Vec<S<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawState {
+    pub memory: S<String>,
 }
 
 #[derive(Deserialize, Default)]

@@ -97,8 +97,14 @@ impl Policy {
         let old = self.current.load_full();
         let warnings = def.warnings.clone();
         let file = file.unwrap_or("<policy>");
-        let mut new =
-            compile(def, Some(&old), self.remote.as_deref(), file).map_err(|e| self.failed(e))?;
+        let mut new = compile(
+            def,
+            Some(&old),
+            self.remote.as_deref(),
+            self.pool.as_ref(),
+            file,
+        )
+        .map_err(|e| self.failed(e))?;
         let mut r = Reloaded {
             kept: 0,
             changed: 0,
@@ -106,9 +112,9 @@ impl Policy {
             removed: 0,
             warnings,
         };
-        let before: HashMap<&str, &Rule> = old.rules.iter().map(|o| (o.def.name(), o)).collect();
+        let by_name: HashMap<&str, &Rule> = old.rules.iter().map(|o| (o.def.name(), o)).collect();
         for rule in new.rules.iter() {
-            match before.get(rule.def.name()) {
+            match by_name.get(rule.def.name()) {
                 Some(o)
                     if Arc::ptr_eq(&o.limiter, &rule.limiter) && o.def.same_limiter(&rule.def) =>
                 {
@@ -118,11 +124,11 @@ impl Policy {
                 _ => r.built += 1,
             }
         }
-        let after: HashSet<&str> = new.rules.iter().map(|n| n.def.name()).collect();
+        let names: HashSet<&str> = new.rules.iter().map(|n| n.def.name()).collect();
         r.removed = old
             .rules
             .iter()
-            .filter(|o| !after.contains(o.def.name()))
+            .filter(|o| !names.contains(o.def.name()))
             .count();
         new.def.warnings = r.warnings.clone();
         self.current.store(Arc::new(new));

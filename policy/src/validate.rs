@@ -11,6 +11,7 @@ use crate::attrs::AttrName;
 use crate::cond::{Cidr, Cond, Value};
 use crate::def::{
     Backend, DEFAULT_CAPACITY, DEFAULT_KIND, Mode, OnError, PolicyDef, RedisSettings, RuleDef,
+    StateSettings,
 };
 use crate::diag::{Code, Diagnostic, Error, Lines, Severity};
 use crate::raw::{RawFile, RawRule, RawValue, S, content_start};
@@ -105,6 +106,13 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<PolicyDef, Error> {
         None => 64,
     };
     let redis = raw.redis.as_ref().and_then(|r| redis(&mut cx, r));
+    let mut state = StateSettings::default();
+    if let Some(m) = raw.state.as_ref().map(|s| &s.get_ref().memory) {
+        match StateSettings::parse_memory(m.get_ref()) {
+            Ok(bytes) => state.memory = bytes,
+            Err(e) => cx.err(Code::BadValue, m, e),
+        }
+    }
     let defaults = Defaults {
         kind,
         kind_at: d.algorithm.as_ref().map(|a| a.span().start),
@@ -151,6 +159,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<PolicyDef, Error> {
     Ok(PolicyDef {
         rules,
         redis,
+        state,
         ipv6_prefix,
         warnings: cx.out,
     })
