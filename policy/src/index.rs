@@ -68,7 +68,7 @@ impl Slot<'_> {
     fn breadth(self) -> u8 {
         match self {
             Slot::Exact(_) => 0,
-            Slot::Dir(d) if !d.contains('/') => 2,
+            Slot::Dir("") => 2,
             Slot::Block(c) if c.prefix() == 0 => 2,
             Slot::Dir(_) | Slot::Block(_) => 1,
         }
@@ -250,9 +250,64 @@ struct Trie {
 
 #[derive(Debug, Default)]
 struct Node {
-    next: HashMap<Box<str>, usize>,
+    next: Children,
     /// The rules filed under the directory this node ends.
     ids: Vec<Id>,
+}
+
+/// A node's children by segment: compared in a short list (most nodes have a
+/// few children, and comparing a few short segments costs less than hashing
+/// one), hashed when there are more.
+#[derive(Debug)]
+enum Children {
+    Few(Vec<(Box<[u8]>, usize)>),
+    Many(HashMap<Box<[u8]>, usize>),
+}
+
+/// Children kept in a list, at most.
+const FEW: usize = 8;
+
+impl Default for Children {
+    fn default() -> Self {
+        Children::Few(Vec::new())
+    }
+}
+
+impl Children {
+    fn is_empty(&self) -> bool {
+        match self {
+            Children::Few(few) => few.is_empty(),
+            Children::Many(many) => many.is_empty(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, seg: &[u8]) -> Option<usize> {
+        match self {
+            Children::Few(few) => few.iter().find(|(s, _)| same(s, seg)).map(|(_, i)| *i),
+            Children::Many(many) => many.get(seg).copied(),
+        }
+    }
+
+    fn insert(&mut self, seg: &[u8], node: usize) {
+        match self {
+            Children::Few(few) if few.len() < FEW => few.push((seg.into(), node)),
+            Children::Few(few) => {
+                let mut many: HashMap<Box<[u8]>, usize> = std::mem::take(few).into_iter().collect();
+                many.insert(seg.into(), node);
+                *self = Children::Many(many);
+            }
+            Children::Many(many) => {
+                many.insert(seg.into(), node);
+            }
+        }
+    }
+}
+
+/// Byte equality without a call into `memcmp`: segments are short.
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 impl Trie {
@@ -261,12 +316,16 @@ impl Trie {
             self.nodes.push(Node::default());
         }
         let mut at = 0;
-        for seg in dir.split('/') {
-            let fresh = self.nodes.len();
-            at = *self.nodes[at].next.entry(seg.into()).or_insert(fresh);
-            if at == fresh {
-                self.nodes.push(Node::default());
-            }
+        for seg in dir.as_bytes().split(|&b| b == b'/') {
+            at = match self.nodes[at].next.get(seg) {
+                Some(next) => next,
+                None => {
+                    let fresh = self.nodes.len();
+                    self.nodes[at].next.insert(seg, fresh);
+                    self.nodes.push(Node::default());
+                    fresh
+                }
+            };
         }
         push(&mut self.nodes[at].ids, id);
     }
@@ -274,17 +333,28 @@ impl Trie {
     /// Appends the rules filed under each directory of `value` to `out`; how many
     /// lists it appended.
     fn find(&self, value: &str, out: &mut Vec<Id>) -> usize {
-        let (mut node, mut lists) = (self.nodes.first(), 0);
-        for seg in value.split('/') {
-            let next = node
-                .and_then(|n| n.next.get(seg))
-                .and_then(|&i| self.nodes.get(i));
-            let Some(next) = next else { break };
+        let Some(mut node) = self.nodes.first() else {
+            return 0;
+        };
+        let (mut rest, mut lists) = (value.as_bytes(), 0);
+        // Segment by segment, until a segment has no node or a node no children.
+        while !node.next.is_empty() {
+            let (seg, tail) = match rest.iter().position(|&b| b == b'/') {
+                Some(slash) => (&rest[..slash], Some(&rest[slash + 1..])),
+                None => (rest, None),
+            };
+            let Some(next) = node.next.get(seg).and_then(|i| self.nodes.get(i)) else {
+                break;
+            };
             if !next.ids.is_empty() {
                 out.extend_from_slice(&next.ids);
                 lists += 1;
             }
-            node = Some(next);
+            node = next;
+            match tail {
+                Some(t) => rest = t,
+                None => break,
+            }
         }
         lists
     }
@@ -392,6 +462,25 @@ mod tests {
             let d = glob_dir(p).unwrap();
             assert!(s == d || s.starts_with(&format!("{d}/")), "{p} {s}");
         }
+    }
+
+    #[test]
+    fn trie_lists_then_hashes_children() {
+        let mut t = Trie::default();
+        for i in 0..20 {
+            t.file(&format!("/p{i}"), i);
+        }
+        t.file("/p3/x", 20);
+        t.file("", 21);
+        let found = |v: &str| {
+            let mut out = Vec::new();
+            let lists = t.find(v, &mut out);
+            (lists, out)
+        };
+        assert_eq!(found("/p3/x/y"), (3, vec![21, 3, 20]));
+        assert_eq!(found("/p19"), (2, vec![21, 19]));
+        assert_eq!(found("/p20"), (1, vec![21]));
+        assert_eq!(found("p3"), (0, vec![]));
     }
 
     #[test]
