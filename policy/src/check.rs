@@ -37,12 +37,12 @@ use sluicegate::{Decision as Verdict, Outcome, Receipt};
 
 use crate::attrs::AttrName;
 use crate::backend::Answer;
+use crate::counters::bump;
 use crate::decision::{Decision, Item, Pending, Stage};
 use crate::def::Mode;
-use crate::index::{Mask, bits};
+use crate::index::{Candidates, Id};
 use crate::key::{KeyRef, Lookup};
-use crate::metrics::bump;
-use crate::policy::{Compiled, Rule};
+use crate::model::{Compiled, Rule};
 
 /// One rule run for one request.
 struct Ctx<'a, L: ?Sized> {
@@ -123,9 +123,29 @@ fn plain(decision: Verdict) -> Outcome {
     }
 }
 
+/// What a check reuses from one request to the next: the receipts of the rules
+/// charged so far, and the index's hits.
+#[derive(Default)]
+struct Scratch {
+    pending: Pending,
+    hits: Vec<Id>,
+}
+
 thread_local! {
-    /// The receipts of this thread's check in progress (slots reused).
-    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+    /// This thread's lists for the check in progress (no allocation once warm).
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch lists, or fresh ones for a check inside
+/// a check on this thread (a remote limiter calling back into a policy).
+fn with_scratch<R>(f: impl FnOnce(&mut Pending, &mut Vec<Id>) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => {
+            let Scratch { pending, hits } = &mut *s;
+            f(pending, hits)
+        }
+        Err(_) => f(&mut Pending::default(), &mut Vec::new()),
+    })
 }
 
 pub(crate) fn decide<L: Lookup + ?Sized>(
@@ -135,22 +155,17 @@ pub(crate) fn decide<L: Lookup + ?Sized>(
     now: u64,
     out: &mut Decision,
 ) {
-    PENDING.with(|p| match p.try_borrow_mut() {
-        Ok(mut pending) => decide_with(snap, lookup, n, now, out, &mut pending),
-        // A check inside a check on this thread (a remote limiter calling back
-        // into a policy): its own list.
-        Err(_) => decide_with(snap, lookup, n, now, out, &mut Pending::default()),
-    });
+    with_scratch(|pending, hits| decide_with(snap, lookup, n, now, out, pending, hits));
 }
 
-/// Runs `f` with the request's context and the rules it may match, in file
-/// order: the index's candidates, else every rule.
+/// Runs `f` with the request's context and the rules it may match (the index's
+/// candidates, listed into `hits`), in file order.
 fn with_candidates<L: Lookup + ?Sized, R>(
     snap: &Compiled,
     lookup: &L,
-    n: u64,
-    now: u64,
-    f: impl FnOnce(&Ctx<'_, L>, &mut dyn Iterator<Item = usize>) -> R,
+    (n, now): (u64, u64),
+    hits: &mut Vec<Id>,
+    f: impl FnOnce(&Ctx<'_, L>, Candidates<'_>) -> R,
 ) -> R {
     let cx = Ctx {
         lookup,
@@ -159,14 +174,7 @@ fn with_candidates<L: Lookup + ?Sized, R>(
         n,
         now,
     };
-    let mut mask = Mask::default();
-    let indexed = snap.index.candidates(lookup, &snap.names, &mut mask);
-    let candidates: &mut dyn Iterator<Item = usize> = if indexed {
-        &mut bits(&mask)
-    } else {
-        &mut (0..snap.rules.len())
-    };
-    f(&cx, candidates)
+    f(&cx, snap.index.candidates(lookup, &snap.names, hits))
 }
 
 /// Whether [`decide`] may wait for a shared backend. It answers `false` only
@@ -176,7 +184,16 @@ fn with_candidates<L: Lookup + ?Sized, R>(
 /// rules it did not reach; several deferred rules peek all but the last), so a
 /// remote rule must be the one enforcing rule that matches.
 pub(crate) fn may_wait<L: Lookup + ?Sized>(snap: &Compiled, lookup: &L, n: u64) -> bool {
-    with_candidates(snap, lookup, n, 0, |cx, candidates| {
+    with_scratch(|_, hits| may_wait_with(snap, lookup, n, hits))
+}
+
+fn may_wait_with<L: Lookup + ?Sized>(
+    snap: &Compiled,
+    lookup: &L,
+    n: u64,
+    hits: &mut Vec<Id>,
+) -> bool {
+    with_candidates(snap, lookup, (n, 0), hits, |cx, candidates| {
         let (mut enforcing, mut remote_enforcing) = (0, 0);
         for i in candidates {
             let rule = &snap.rules[i];
@@ -203,10 +220,11 @@ fn decide_with<L: Lookup + ?Sized>(
     now: u64,
     out: &mut Decision,
     pending: &mut Pending,
+    hits: &mut Vec<Id>,
 ) {
     out.items.clear();
     pending.clear();
-    let denied = with_candidates(&snap, lookup, n, now, |cx, candidates| {
+    let denied = with_candidates(&snap, lookup, (n, now), hits, |cx, candidates| {
         // 1. In file order: shadow rules on their own; enforcing rules that can give
         // back are charged until one denies; the others wait.
         let mut denied = false;

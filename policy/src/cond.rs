@@ -50,20 +50,6 @@ impl Cond {
         }
     }
 
-    /// The exact values this condition accepts, if that is all it accepts (a
-    /// request without one of them cannot match): what the rule index keys on.
-    pub(crate) fn exact_values(&self) -> Option<impl Iterator<Item = &str>> {
-        match self {
-            Cond::Any(values) if values.iter().all(|v| matches!(v, Value::Exact(_))) => {
-                Some(values.iter().filter_map(|v| match v {
-                    Value::Exact(s) => Some(&**s),
-                    _ => None,
-                }))
-            }
-            _ => None,
-        }
-    }
-
     /// Whether no value can ever satisfy it (an empty list).
     pub(crate) fn is_empty(&self) -> bool {
         matches!(self, Cond::Any(v) if v.is_empty())
@@ -102,6 +88,16 @@ impl Cidr {
             ));
         }
         Ok(Cidr { addr, prefix })
+    }
+
+    /// The network address (bits after the prefix clear).
+    pub(crate) fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub(crate) fn prefix(&self) -> u8 {
+        self.prefix
     }
 
     pub(crate) fn contains(&self, a: &IpAddr) -> bool {

@@ -8,7 +8,7 @@ use sluicegate::{Outcome, Receipt};
 
 use crate::attrs::{AttrName, Attrs};
 use crate::def::Mode;
-use crate::policy::Compiled;
+use crate::model::Compiled;
 
 /// One matching rule's answer, in file order.
 ///

@@ -49,6 +49,7 @@ mod attrs;
 mod backend;
 mod check;
 mod cond;
+mod counters;
 mod decision;
 mod def;
 mod diag;
@@ -57,6 +58,7 @@ mod key;
 #[cfg(feature = "tower")]
 mod layer;
 mod metrics;
+mod model;
 mod policy;
 mod raw;
 #[cfg(feature = "redis")]

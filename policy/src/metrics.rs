@@ -1,23 +1,10 @@
-//! Per-rule counters (lock-free on the check path) and their Prometheus text.
+//! What a policy reports of its counters ([`crate::counters`]): a snapshot per
+//! rule, and the Prometheus text.
 
 use std::fmt::{self, Write as _};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-/// One rule's counters. They live as long as a rule of that name does: a reload
-/// that keeps the name keeps the counts.
-#[derive(Debug, Default)]
-pub(crate) struct RuleMetrics {
-    pub allowed: AtomicU64,
-    pub denied: AtomicU64,
-    pub shadow_denied: AtomicU64,
-    pub backend_errors: AtomicU64,
-}
-
-// Relaxed everywhere: each counter is a statistic on its own, read for display;
-// no other memory is published through it.
-pub(crate) fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
+use crate::counters::ReloadStats;
 
 /// A snapshot of one rule's counters, as [`crate::Policy::metrics`] returns them.
 ///
@@ -48,14 +35,6 @@ pub struct RuleStats {
     pub evictions: u64,
     /// New keys denied because the table had no room.
     pub rejected_keys: u64,
-}
-
-/// The policy's reload history.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub(crate) struct ReloadStats {
-    pub reloads: u64,
-    pub failures: u64,
-    pub last_error: Option<String>,
 }
 
 /// A per-rule family: name, type, help, the value.

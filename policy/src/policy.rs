@@ -1,5 +1,6 @@
-//! [`Policy`]: the compiled rules, and the calls that check a request (the check
-//! itself, all-or-nothing across rules, is in [`crate::check`]).
+//! [`Policy`]: the public API over the compiled rules ([`crate::model`]): build,
+//! inspect, and the calls that check a request (the check itself, all-or-nothing
+//! across rules, is in [`crate::check`]).
 
 use std::sync::{Arc, Mutex};
 
@@ -7,56 +8,18 @@ use arc_swap::ArcSwap;
 use sluicegate::keyed::Pool;
 use sluicegate::{Clock, DefaultClock};
 
-use crate::attrs::AttrName;
 use crate::attrs::Attrs;
-use crate::backend::{Limiter, RemoteFactory};
-use crate::cond::Cond;
+use crate::backend::RemoteFactory;
+use crate::counters::ReloadStats;
 use crate::decision::Decision;
-use crate::def::{PolicyDef, RuleDef};
-use crate::diag::{Code, Diagnostic, Error, Severity};
-use crate::index::RuleIndex;
+use crate::def::PolicyDef;
+use crate::diag::Error;
 use crate::key::{Cached, Direct};
-use crate::metrics::{ReloadStats, RuleMetrics};
-
-/// The rules in force, with their limiters.
-#[derive(Debug)]
-pub(crate) struct Compiled {
-    pub def: PolicyDef,
-    pub rules: Box<[Rule]>,
-    /// Every attribute a rule matches or keys on, once.
-    pub names: Box<[AttrName]>,
-    /// Which rules a request can match, by their exact-match conditions.
-    pub index: RuleIndex,
-    /// Where the keyed rules keep their keys (`None`: no keyed rule yet).
-    pub pool: Option<Pool>,
-}
+use crate::model::{Compiled, compile, read};
 
 /// Up to this many distinct attributes are looked up once per request into an
 /// array on the stack; a policy naming more looks each up where it is used.
 const CACHED_ATTRS: usize = 32;
-
-/// One rule and its state; the state (`limiter`, `metrics`) is shared with the
-/// next generation when a reload keeps the rule.
-#[derive(Debug)]
-pub(crate) struct Rule {
-    pub def: RuleDef,
-    /// The `match` entries, by index into [`Compiled::names`].
-    pub conds: Box<[(u16, Cond)]>,
-    /// The `key` attributes, by index into [`Compiled::names`].
-    pub key: Box<[u16]>,
-    pub limiter: Arc<Limiter>,
-    /// Whether the limiter's admissions can be given back ([`Limiter::can_refund`]).
-    pub refundable: bool,
-    /// Whether the rule enforces (not shadow).
-    pub enforce: bool,
-    pub metrics: Arc<RuleMetrics>,
-}
-
-impl std::fmt::Debug for Limiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Limiter")
-    }
-}
 
 /// A rate-limit policy: rules by scope, checked all-or-nothing, reloadable while
 /// it runs. Share it between threads with an [`Arc`]; every call takes `&self`.
@@ -193,77 +156,6 @@ impl PolicyBuilder {
             reloading: Mutex::new(()),
         })
     }
-}
-
-pub(crate) fn read(path: &std::path::Path) -> Result<(String, String), Error> {
-    let name = path.display().to_string();
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok((t, name)),
-        Err(e) => Err(Error::one(Diagnostic {
-            severity: Severity::Error,
-            code: Code::Io,
-            file: name,
-            line: 1,
-            column: 1,
-            rule: None,
-            message: format!("cannot read the rule file: {e}"),
-        })),
-    }
-}
-
-/// Builds the limiters of `def`, reusing `old`'s for rules a reload keeps (see
-/// [`crate::reload`]).
-pub(crate) fn compile(
-    def: PolicyDef,
-    old: Option<&Compiled>,
-    remote: Option<&dyn RemoteFactory>,
-    given: Option<&Pool>,
-    file: &str,
-) -> Result<Compiled, Error> {
-    let pool = crate::state::choose(
-        &def,
-        old.and_then(|o| o.pool.as_ref()),
-        old.map(|o| &o.def),
-        given,
-        file,
-    )?;
-    let plan = crate::reload::plan(&def, old, remote, pool.as_ref(), file)?;
-    let mut names: Vec<AttrName> = Vec::new();
-    let mut index = |name: &AttrName| -> u16 {
-        let i = names.iter().position(|n| n == name).unwrap_or_else(|| {
-            names.push(name.clone());
-            names.len() - 1
-        });
-        // A rule file has far fewer than 65,536 distinct attributes (each is a
-        // line of text); saturate rather than wrap if one ever had more.
-        u16::try_from(i).unwrap_or(u16::MAX)
-    };
-    let rules: Box<[Rule]> = def
-        .rules
-        .iter()
-        .cloned()
-        .zip(plan)
-        .map(|(def, (limiter, metrics))| Rule {
-            conds: def
-                .matches
-                .iter()
-                .map(|(n, c)| (index(n), c.clone()))
-                .collect(),
-            key: def.key.iter().map(&mut index).collect(),
-            refundable: limiter.can_refund(),
-            enforce: def.mode() == crate::def::Mode::Enforce,
-            def,
-            limiter,
-            metrics,
-        })
-        .collect();
-    Ok(Compiled {
-        index: RuleIndex::build(&rules),
-        def,
-        rules,
-        names: names.into(),
-        pool,
-    })
 }
 
 impl Policy {

@@ -25,95 +25,10 @@ use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use sluicegate::keyed::Pool;
-
-use crate::backend::{Limiter, RemoteFactory};
-use crate::def::{Backend, PolicyDef};
-use crate::diag::{Code, Diagnostic, Error, Severity};
-use crate::metrics::RuleMetrics;
-use crate::policy::{Compiled, Policy, Rule, compile, read};
-
-type Parts = (Arc<Limiter>, Arc<RuleMetrics>);
-
-/// The limiter and counters of each rule of `def`, from `old` where kept.
-pub(crate) fn plan(
-    def: &PolicyDef,
-    old: Option<&Compiled>,
-    remote: Option<&dyn RemoteFactory>,
-    pool: Option<&Pool>,
-    file: &str,
-) -> Result<Vec<Parts>, Error> {
-    let by_name: HashMap<&str, &Rule> = old
-        .map(|o| o.rules.iter().map(|r| (r.def.name(), r)).collect())
-        .unwrap_or_default();
-    // A rule whose keys live in the pool keeps its limiter only in the same pool.
-    let same_pool = match (old.and_then(|o| o.pool.as_ref()), pool) {
-        (Some(a), Some(b)) => a.same(b),
-        _ => false,
-    };
-    let previous = |name: &str| {
-        by_name
-            .get(name)
-            .copied()
-            .filter(|r| same_pool || !r.limiter.in_pool())
-    };
-    let mut out = Vec::with_capacity(def.rules.len());
-    // (limiter, spec to restore) for limits changed in place, undone on failure.
-    let mut changed = Vec::new();
-    let mut fail = None;
-    let redis_changed = old.is_some_and(|o| o.def.redis() != def.redis());
-    for rule in &def.rules {
-        let metrics = by_name
-            .get(rule.name())
-            .map_or_else(Arc::default, |p| p.metrics.clone());
-        let prev = previous(rule.name());
-        // Counters follow the name; a Redis rule under a changed `[redis]` table
-        // keeps nothing else.
-        let prev = prev.filter(|_| rule.backend() == Backend::Local || !redis_changed);
-        if let Some(p) = prev.filter(|p| p.def.same_limiter(rule)) {
-            out.push((p.limiter.clone(), metrics));
-            continue;
-        }
-        let same_shape = prev.filter(|p| {
-            p.def.key() == rule.key()
-                && p.def.backend() == rule.backend()
-                && p.def.capacity() == rule.capacity()
-                && p.def.stripes() == rule.stripes()
-                && (rule.backend() == Backend::Local || p.def.on_error() == rule.on_error())
-        });
-        if let Some(p) = same_shape {
-            if p.limiter.set_spec(rule.spec()).is_ok() {
-                changed.push((p.limiter.clone(), *p.def.spec()));
-                out.push((p.limiter.clone(), metrics));
-                continue;
-            }
-        }
-        match Limiter::build(rule, def.redis(), remote, pool) {
-            Ok(l) => out.push((Arc::new(l), metrics)),
-            Err(message) => {
-                fail = Some(Diagnostic {
-                    severity: Severity::Error,
-                    code: Code::Build,
-                    file: file.to_owned(),
-                    line: rule.line(),
-                    column: 1,
-                    rule: Some(rule.name().to_owned()),
-                    message,
-                });
-                break;
-            }
-        }
-    }
-    match fail {
-        None => Ok(out),
-        Some(d) => {
-            for (l, spec) in changed {
-                let _ = l.set_spec(&spec);
-            }
-            Err(Error::one(d))
-        }
-    }
-}
+use crate::def::PolicyDef;
+use crate::diag::{Diagnostic, Error};
+use crate::model::{Rule, compile, read};
+use crate::policy::Policy;
 
 /// What a successful reload did.
 ///

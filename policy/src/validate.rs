@@ -1,6 +1,7 @@
 //! From TOML text to a [`PolicyDef`]: every check, each finding located.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -124,6 +125,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<PolicyDef, Error> {
     };
     let mut rules: Vec<RuleDef> = Vec::with_capacity(raw.rule.len());
     let mut names: HashMap<String, usize> = HashMap::new();
+    let mut seen = Seen::new();
     for r in &raw.rule {
         let r = r.get_ref();
         cx.rule = Some(r.name.get_ref().clone());
@@ -141,7 +143,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<PolicyDef, Error> {
         let line = cx.lines.locate(r.name.span().start).0;
         names.entry(r.name.get_ref().clone()).or_insert(line);
         if let Some(rule) = rule(&mut cx, r, &defaults, line) {
-            shadowed(&mut cx, &rule, &rules, r);
+            shadowed(&mut cx, &rule, &rules, &mut seen, r);
             rules.push(rule);
         }
         cx.rule = None;
@@ -437,20 +439,37 @@ fn never_matches(cx: &mut Ctx<'_>, r: &RawRule) {
     }
 }
 
-fn shadowed(cx: &mut Ctx<'_>, rule: &RuleDef, earlier: &[RuleDef], r: &RawRule) {
+/// Earlier rules by a hash of what [`shadowed`] compares: a rule is compared
+/// only with those of its bucket, not with every earlier rule.
+type Seen = HashMap<u64, Vec<usize>>;
+
+fn shadowed(cx: &mut Ctx<'_>, rule: &RuleDef, earlier: &[RuleDef], seen: &mut Seen, r: &RawRule) {
     let same = |o: &&RuleDef| {
         o.same_limiter(rule)
             && o.mode == rule.mode
             && o.on_error == rule.on_error
             && o.matches == rule.matches
     };
-    if let Some(o) = earlier.iter().find(same) {
+    // Everything `same` compares (`same_limiter` compares a subset of these).
+    let mut h = std::hash::DefaultHasher::new();
+    (
+        &rule.key,
+        &rule.spec,
+        rule.backend,
+        rule.capacity,
+        rule.stripes,
+    )
+        .hash(&mut h);
+    (rule.mode, rule.on_error, &rule.matches).hash(&mut h);
+    let bucket = seen.entry(h.finish()).or_default();
+    if let Some(o) = bucket.iter().filter_map(|&i| earlier.get(i)).find(same) {
         let msg = format!(
             "identical to rule `{}` (line {}): it applies the same limit to the same requests a second time",
             o.name, o.line
         );
         cx.at(Severity::Warning, Code::Shadowed, r.name.span().start, msg);
     }
+    bucket.push(earlier.len());
 }
 
 /// A rate-string or spec error, pointed at the character (parse errors) or the

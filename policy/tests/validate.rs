@@ -225,3 +225,52 @@ fn the_issue_example_parses() {
     assert!(def.rules().len() >= 4);
     assert!(def.redis().is_some());
 }
+
+/// A repeated rule is found among many others, whatever lies between, by what it
+/// limits and matches (the same limit spelt another way included); a rule that
+/// differs in any of that is not a repeat.
+#[test]
+fn repeats_found_among_many() {
+    let mut t = String::new();
+    let mut rule = |name: &str, body: &str| {
+        t += &format!("[[rule]]\nname = \"{name}\"\n{body}\n");
+    };
+    for i in 0..50 {
+        rule(
+            &format!("t{i}"),
+            &format!("limit = \"5/s\"\nmatch = {{ tenant = \"t{i}\" }}"),
+        );
+    }
+    let same = "match = { tenant = \"t7\" }";
+    rule("spelt", &format!("limit = \"5/second\"\n{same}"));
+    rule("keyed", &format!("limit = \"5/s\"\nkey = [\"ip\"]\n{same}"));
+    rule(
+        "shadow",
+        &format!("limit = \"5/s\"\nmode = \"shadow\"\n{same}"),
+    );
+    rule("other-limit", &format!("limit = \"6/s\"\n{same}"));
+    rule(
+        "window",
+        &format!("limit = \"5/s\"\nalgorithm = \"fixed_window\"\n{same}"),
+    );
+    rule(
+        "list",
+        "limit = \"5/s\"\nmatch = { tenant = [\"t7\", \"t8\"] }",
+    );
+    rule(
+        "list-again",
+        "limit = \"5/s\"\nmatch = { tenant = [\"t7\", \"t8\"] }",
+    );
+    let def = PolicyDef::parse(&t, None).unwrap();
+    let repeats: Vec<(Option<&str>, &str)> = def
+        .warnings()
+        .iter()
+        .filter(|d| d.code == Code::Shadowed)
+        .map(|d| (d.rule.as_deref(), d.message.as_str()))
+        .collect();
+    assert_eq!(repeats.len(), 2, "{repeats:?}");
+    assert_eq!(repeats[0].0, Some("spelt"));
+    assert!(repeats[0].1.contains("rule `t7`"), "{}", repeats[0].1);
+    assert_eq!(repeats[1].0, Some("list-again"));
+    assert!(repeats[1].1.contains("rule `list`"), "{}", repeats[1].1);
+}
