@@ -83,7 +83,8 @@ pub(crate) mod order {
     pub(crate) const CAS_ERR: Ordering = Ordering::Acquire;
     /// Event counters: statistics, ordered with nothing.
     pub(crate) const STAT: Ordering = Ordering::Relaxed;
-    /// Storing a state word outright (a reset).
+    /// Storing a word outright (a pool's registry entry published).
+    #[cfg(feature = "std")]
     pub(crate) const STORE: Ordering = Ordering::Release;
 }
 

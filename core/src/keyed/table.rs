@@ -224,6 +224,7 @@ pub(super) fn run_with<A: Algorithm, S: Space<A> + ?Sized>(
 /// Gives back `n` units of the admission `prev -> next` of the key with hash
 /// `h` (a compound's all-or-nothing undo, a policy's refund). A key no longer in
 /// the table gets nothing back: its charged state may already be in the sketch.
+#[cfg(feature = "std")]
 pub(super) fn give_back<A: Algorithm, S: Space<A> + ?Sized>(
     space: &S,
     h: u64,
