@@ -47,12 +47,14 @@
 
 mod attrs;
 mod backend;
+mod builder;
 mod check;
 mod cond;
 mod decision;
 mod def;
 mod diag;
 mod index;
+mod input;
 mod key;
 #[cfg(feature = "tower")]
 mod layer;
@@ -67,7 +69,8 @@ mod validate;
 
 pub use attrs::{AttrName, Attrs};
 pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
-pub use decision::{Decision, RuleDecision};
+pub use builder::{Choice, PolicyDefBuilder, RuleBuilder};
+pub use decision::{Decision, RuleDecision, push_sf_string};
 pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef};
 pub use diag::{Code, Diagnostic, Error, Severity};
 #[cfg(feature = "tower")]

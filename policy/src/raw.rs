@@ -3,11 +3,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use toml::Spanned;
 
-pub(crate) type S<T> = Spanned<T>;
+use crate::builder::Choice;
+use crate::input::{At, DefaultsIn, FileIn, Loc, RedisIn, RuleIn};
+
+type S<T> = Spanned<T>;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -85,8 +90,116 @@ impl<'de> Deserialize<'de> for RawValue {
     }
 }
 
+impl RawFile {
+    /// The file as the validator takes it: every value located in `text`.
+    pub(crate) fn into_input(self, text: &str) -> FileIn {
+        let t = Text(text);
+        let d = self.defaults;
+        FileIn {
+            defaults: DefaultsIn {
+                algorithm: d.algorithm.map(|v| t.choice(v, "defaults.algorithm")),
+                backend: d.backend.map(|v| t.choice(v, "defaults.backend")),
+                on_error: d.on_error.map(|v| t.choice(v, "defaults.on_error")),
+                mode: d.mode.map(|v| t.choice(v, "defaults.mode")),
+                capacity: d.capacity.map(|v| t.at(v, "defaults.capacity")),
+                ipv6_prefix: d.ipv6_prefix.map(|v| t.at(v, "defaults.ipv6_prefix")),
+            },
+            redis: self.redis.map(|r| {
+                let r = r.into_inner();
+                RedisIn {
+                    url: t.at(r.url, "redis.url"),
+                    prefix: r.prefix.map(|v| t.at(v, "redis.prefix")),
+                    lease_horizon_ms: r
+                        .lease_horizon_ms
+                        .map(|v| t.at(v, "redis.lease_horizon_ms")),
+                    lease_ttl_ms: r.lease_ttl_ms.map(|v| t.at(v, "redis.lease_ttl_ms")),
+                }
+            }),
+            rules: self.rule.into_iter().map(|r| t.rule(r.into_inner())).collect(),
+        }
+    }
+}
+
+/// Locates values in the text they were read from.
+#[derive(Clone, Copy)]
+struct Text<'a>(&'a str);
+
+impl Text<'_> {
+    fn at<T>(self, v: S<T>, field: impl Into<Cow<'static, str>>) -> At<T> {
+        let span = Some((v.span().start, content_start(&v, self.0)));
+        At {
+            v: v.into_inner(),
+            loc: Loc {
+                field: field.into(),
+                span,
+            },
+        }
+    }
+
+    fn choice<T>(self, v: S<String>, field: &'static str) -> At<Choice<T>> {
+        let At { v, loc } = self.at(v, field);
+        At {
+            v: Choice::Name(v),
+            loc,
+        }
+    }
+
+    fn rule(self, r: RawRule) -> RuleIn {
+        let matches = r.matches.map_or_else(Vec::new, |m| {
+            m.into_inner()
+                .into_iter()
+                .map(|(name, value)| {
+                    let field = format!("match.{}", name.get_ref());
+                    let name = self.at(name, "match");
+                    let value = match self.at(value, field.clone()) {
+                        At {
+                            v: RawValue::One(s),
+                            loc,
+                        } => At {
+                            v: vec![At {
+                                v: s,
+                                loc: loc.clone(),
+                            }],
+                            loc,
+                        },
+                        At {
+                            v: RawValue::Many(all),
+                            loc,
+                        } => At {
+                            v: all
+                                .into_iter()
+                                .map(|s| self.at(s, field.clone()))
+                                .collect(),
+                            loc,
+                        },
+                    };
+                    (name, value)
+                })
+                .collect()
+        });
+        RuleIn {
+            name: self.at(r.name, "name"),
+            matches,
+            key: r.key.map_or_else(Vec::new, |k| {
+                k.into_inner()
+                    .into_iter()
+                    .map(|k| self.at(k, "key"))
+                    .collect()
+            }),
+            limit: Some(self.at(r.limit, "limit")),
+            algorithm: r.algorithm.map(|v| self.choice(v, "algorithm")),
+            backend: r.backend.map(|v| self.choice(v, "backend")),
+            on_error: r.on_error.map(|v| self.choice(v, "on_error")),
+            mode: r.mode.map(|v| self.choice(v, "mode")),
+            capacity: r.capacity.map(|v| self.at(v, "capacity")),
+            stripes: r.stripes.map(|v| self.at(v, "stripes")),
+            max_delay_ms: r.max_delay_ms.map(|v| self.at(v, "max_delay_ms")),
+        }
+    }
+}
+
 /// Where the text of a string value starts: after its opening quote(s).
-pub(crate) fn content_start<T>(v: &S<T>, text: &str) -> usize {
+fn content_start<T>(v: &S<T>, text: &str) -> usize {
     let s = v.span().start;
     let rest = text.get(s..).unwrap_or("");
     if rest.starts_with("\"\"\"") || rest.starts_with("'''") {

@@ -1,0 +1,584 @@
+//! Policies from values: [`RuleBuilder`] and [`PolicyDefBuilder`], one setter per
+//! field of the rule file, validated by the same code as the file
+//! ([`crate::validate`]) so that a value is accepted or rejected the same way,
+//! with the same message; a finding names the rule and field instead of a line.
+
+use std::time::Duration;
+
+use sluicegate::Kind;
+
+use crate::def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef};
+use crate::diag::Error;
+use crate::input::{At, DefaultsIn, FileIn, RedisIn, RuleIn};
+
+/// A setting given as a value or by its rule-file name. A name is checked when the
+/// policy is built, with the rule file's message (what a binding that receives
+/// strings, such as Python's, passes on).
+///
+/// ```
+/// use sluicegate_policy::{Backend, Choice};
+/// assert_eq!(Choice::from(Backend::Redis), Choice::Value(Backend::Redis));
+/// assert_eq!(Choice::<Backend>::from("redis"), Choice::Name("redis".into()));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice<T> {
+    /// The value itself.
+    Value(T),
+    /// Its name in rule files (`"sliding_window"`, `"shadow"`).
+    Name(String),
+}
+
+impl<T> From<&str> for Choice<T> {
+    fn from(s: &str) -> Self {
+        Choice::Name(s.to_owned())
+    }
+}
+
+impl<T> From<String> for Choice<T> {
+    fn from(s: String) -> Self {
+        Choice::Name(s)
+    }
+}
+
+impl From<Kind> for Choice<Kind> {
+    fn from(k: Kind) -> Self {
+        Choice::Value(k)
+    }
+}
+
+/// A number of a builder as the validator takes it (a rule file's integers are
+/// `i64`): one past the range saturates, so it is rejected with the file's message.
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// One rule, field by field as in a `[[rule]]` table; validated when its policy is
+/// built ([`PolicyDefBuilder::build`]). Unset fields take `[defaults]` or the
+/// file format's default.
+///
+/// ```
+/// use sluicegate_policy::{Mode, PolicyDef, RuleDef};
+/// let rule = RuleDef::builder("login")
+///     .matching("path", "/login")
+///     .matching_any("method", ["POST", "PUT"])
+///     .key(["ip"])
+///     .limit("5/minute")
+///     .mode(Mode::Shadow);
+/// let def = PolicyDef::builder().rule(rule).build()?;
+/// let r = &def.rules()[0];
+/// assert_eq!((r.name(), r.mode(), r.line()), ("login", Mode::Shadow, 0));
+/// assert!(r.matches(&[("path", "/login"), ("method", "PUT")]));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleBuilder {
+    name: String,
+    matches: Vec<(String, Vec<String>)>,
+    key: Vec<String>,
+    limit: Option<String>,
+    algorithm: Option<Choice<Kind>>,
+    backend: Option<Choice<Backend>>,
+    on_error: Option<Choice<OnError>>,
+    mode: Option<Choice<Mode>>,
+    capacity: Option<u64>,
+    stripes: Option<u64>,
+    max_delay_ms: Option<u64>,
+}
+
+impl RuleDef {
+    /// A rule named `name` (unique in its policy), to be given its fields.
+    ///
+    /// ```
+    /// use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().rule(RuleDef::builder("all").limit("100/s")).build()?;
+    /// assert_eq!(def.rules()[0].limit(), "100/s");
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn builder(name: impl Into<String>) -> RuleBuilder {
+        RuleBuilder {
+            name: name.into(),
+            matches: Vec::new(),
+            key: Vec::new(),
+            limit: None,
+            algorithm: None,
+            backend: None,
+            on_error: None,
+            mode: None,
+            capacity: None,
+            stripes: None,
+            max_delay_ms: None,
+        }
+    }
+
+    /// A builder holding this rule's every field, resolved (defaults applied):
+    /// change one and build again.
+    ///
+    /// ```
+    /// use sluicegate_policy::{Backend, PolicyDef};
+    /// let text = "[redis]\nurl = \"redis://h\"\n[[rule]]\nname = \"a\"\nlimit = \"1/s\"\nbackend = \"redis\"\n";
+    /// let def = PolicyDef::parse(text, None)?;
+    /// let local = PolicyDef::builder()
+    ///     .rules(def.rules().iter().map(|r| r.to_builder().backend(Backend::Local)))
+    ///     .build()?;
+    /// assert_eq!(local.rules()[0].backend(), Backend::Local);
+    /// assert_eq!(local.rules()[0].spec(), def.rules()[0].spec());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn to_builder(&self) -> RuleBuilder {
+        RuleBuilder {
+            name: self.name.clone(),
+            matches: self.match_values.clone(),
+            key: self.key.iter().map(|k| k.as_str().to_owned()).collect(),
+            limit: Some(self.limit.clone()),
+            algorithm: Some(Choice::Value(self.spec.kind())),
+            backend: Some(Choice::Value(self.backend)),
+            on_error: Some(Choice::Value(self.on_error)),
+            mode: Some(Choice::Value(self.mode)),
+            capacity: Some(self.capacity as u64),
+            stripes: (self.stripes > 1).then_some(self.stripes as u64),
+            max_delay_ms: self.max_delay_ms,
+        }
+    }
+}
+
+impl RuleBuilder {
+    /// `match = { attr = "value" }`: the request's `attr` must be `value` (a glob
+    /// for `path`, a CIDR block for `ip`, `*` for any value). Each call adds one
+    /// attribute; all must match.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let r = RuleDef::builder("a").limit("1/s").matching("path", "/api/*").matching("ip", "10.0.0.0/8");
+    /// let def = PolicyDef::builder().rule(r).build()?;
+    /// assert!(def.rules()[0].matches(&[("path", "/api/x"), ("ip", "10.1.2.3")]));
+    /// assert!(!def.rules()[0].matches(&[("path", "/api/x"), ("ip", "192.0.2.1")]));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn matching(mut self, attr: impl Into<String>, value: impl Into<String>) -> Self {
+        self.matches.push((attr.into(), vec![value.into()]));
+        self
+    }
+
+    /// `match = { attr = ["a", "b"] }`: the request's `attr` must be any of `values`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let r = RuleDef::builder("a").limit("1/s").matching_any("method", ["GET", "HEAD"]);
+    /// let def = PolicyDef::builder().rule(r).build()?;
+    /// assert!(def.rules()[0].matches(&[("method", "HEAD")]));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn matching_any<V: Into<String>>(
+        mut self,
+        attr: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        let values = values.into_iter().map(Into::into).collect();
+        self.matches.push((attr.into(), values));
+        self
+    }
+
+    /// `key = [...]`: the attributes that select the limiter (replaces any set before).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().rule(RuleDef::builder("a").limit("1/s").key(["ip", "tenant"])).build()?;
+    /// assert_eq!(def.rules()[0].key()[1].as_str(), "tenant");
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn key<K: Into<String>>(mut self, attrs: impl IntoIterator<Item = K>) -> Self {
+        self.key = attrs.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// `limit = "..."`: the rate string (required).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Code, PolicyDef, RuleDef};
+    /// let err = PolicyDef::builder().rule(RuleDef::builder("a").limit("5/fortnight")).build().unwrap_err();
+    /// let d = &err.diagnostics()[0];
+    /// assert_eq!((d.code, d.rule.as_deref(), d.field.as_deref()), (Code::BadRate, Some("a"), Some("limit")));
+    /// assert!(err.to_string().starts_with("error: rule `a`, field `limit`: bad limit `5/fortnight`"));
+    /// ```
+    pub fn limit(mut self, limit: impl Into<String>) -> Self {
+        self.limit = Some(limit.into());
+        self
+    }
+
+    /// `algorithm = "..."`: a [`Kind`] or its name.
+    ///
+    /// ```
+    /// # use sluicegate::Kind;
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let r = RuleDef::builder("a").limit("10/minute").algorithm(Kind::SlidingWindow);
+    /// let def = PolicyDef::builder().rule(r).build()?;
+    /// assert_eq!(def.rules()[0].spec().kind(), Kind::SlidingWindow);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn algorithm(mut self, kind: impl Into<Choice<Kind>>) -> Self {
+        self.algorithm = Some(kind.into());
+        self
+    }
+
+    /// `backend = "..."`: where the state lives.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Code, PolicyDef, RuleDef};
+    /// let err = PolicyDef::builder().rule(RuleDef::builder("a").limit("1/s").backend("redis")).build().unwrap_err();
+    /// assert_eq!(err.diagnostics()[0].code, Code::Redis); // no [redis] settings
+    /// ```
+    pub fn backend(mut self, backend: impl Into<Choice<Backend>>) -> Self {
+        self.backend = Some(backend.into());
+        self
+    }
+
+    /// `on_error = "..."`: what a Redis-backed rule answers while Redis fails.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{OnError, PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().rule(RuleDef::builder("a").limit("1/s").on_error(OnError::Closed)).build()?;
+    /// assert_eq!(def.rules()[0].on_error(), OnError::Closed);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn on_error(mut self, on_error: impl Into<Choice<OnError>>) -> Self {
+        self.on_error = Some(on_error.into());
+        self
+    }
+
+    /// `mode = "..."`: enforce or shadow.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Code, PolicyDef, RuleDef};
+    /// let err = PolicyDef::builder().rule(RuleDef::builder("a").limit("1/s").mode("dry-run")).build().unwrap_err();
+    /// assert!(err.to_string().contains("unknown mode `dry-run`"));
+    /// ```
+    pub fn mode(mut self, mode: impl Into<Choice<Mode>>) -> Self {
+        self.mode = Some(mode.into());
+        self
+    }
+
+    /// `capacity = n`: keys in the rule's local table.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().rule(RuleDef::builder("a").limit("1/s").key(["ip"]).capacity(1024)).build()?;
+    /// assert_eq!(def.rules()[0].capacity(), 1024);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn capacity(mut self, keys: u64) -> Self {
+        self.capacity = Some(keys);
+        self
+    }
+
+    /// `stripes = n`: stripes of a keyless hot rule.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().rule(RuleDef::builder("a").limit("1000/s").stripes(4)).build()?;
+    /// assert_eq!(def.rules()[0].stripes(), 4);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn stripes(mut self, stripes: u64) -> Self {
+        self.stripes = Some(stripes);
+        self
+    }
+
+    /// `max_delay_ms = n`: a shaper's longest wait.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let r = RuleDef::builder("a").limit("10/s").algorithm("shaper").max_delay_ms(250);
+    /// let def = PolicyDef::builder().rule(r).build()?;
+    /// assert_eq!(def.rules()[0].spec().max_delay_ns(), 250_000_000);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn max_delay_ms(mut self, ms: u64) -> Self {
+        self.max_delay_ms = Some(ms);
+        self
+    }
+
+    fn input(self) -> RuleIn {
+        let field = |f: &str, v| At::field(v, format!("{f}"));
+        RuleIn {
+            name: At::field(self.name, "name"),
+            matches: self
+                .matches
+                .into_iter()
+                .map(|(attr, values)| {
+                    let f = format!("match.{attr}");
+                    let values = values.into_iter().map(|v| field(&f, v)).collect();
+                    (At::field(attr, "match"), At::field(values, f))
+                })
+                .collect(),
+            key: self.key.into_iter().map(|k| At::field(k, "key")).collect(),
+            limit: self.limit.map(|l| At::field(l, "limit")),
+            algorithm: self.algorithm.map(|v| At::field(v, "algorithm")),
+            backend: self.backend.map(|v| At::field(v, "backend")),
+            on_error: self.on_error.map(|v| At::field(v, "on_error")),
+            mode: self.mode.map(|v| At::field(v, "mode")),
+            capacity: self.capacity.map(|n| At::field(int(n), "capacity")),
+            stripes: self.stripes.map(|n| At::field(int(n), "stripes")),
+            max_delay_ms: self.max_delay_ms.map(|n| At::field(int(n), "max_delay_ms")),
+        }
+    }
+}
+
+/// A whole policy from values: its rules in order, `[defaults]` and `[redis]`,
+/// validated by [`Self::build`] exactly as a rule file is.
+///
+/// ```
+/// use sluicegate_policy::{Backend, Policy, PolicyDef, RedisSettings, RuleDef};
+/// let def = PolicyDef::builder()
+///     .default_capacity(10_000)
+///     .rule(RuleDef::builder("per-ip").key(["ip"]).limit("2/s"))
+///     .rule(RuleDef::builder("global").limit("1000/s"))
+///     .build()?;
+/// let policy = Policy::from_def(def)?;
+/// let req = [("ip", "192.0.2.1")];
+/// assert!(policy.check_n_at(&req, 2, 0).allowed());
+/// assert!(!policy.check_n_at(&req, 1, 0).allowed());
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct PolicyDefBuilder {
+    source: Option<String>,
+    rules: Vec<RuleBuilder>,
+    defaults: Defaults,
+    redis: Option<RedisSettings>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Defaults {
+    algorithm: Option<Choice<Kind>>,
+    backend: Option<Choice<Backend>>,
+    on_error: Option<Choice<OnError>>,
+    mode: Option<Choice<Mode>>,
+    capacity: Option<u64>,
+    ipv6_prefix: Option<u8>,
+}
+
+impl PolicyDef {
+    /// A policy built from values; see [`PolicyDefBuilder`].
+    ///
+    /// ```
+    /// let def = sluicegate_policy::PolicyDef::builder().build()?;
+    /// assert!(def.rules().is_empty());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn builder() -> PolicyDefBuilder {
+        PolicyDefBuilder::default()
+    }
+
+    /// A builder holding this policy: its rules (every field resolved), its
+    /// `ipv6_prefix`, `[redis]` and source name.
+    ///
+    /// ```
+    /// let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n", Some("r.toml"))?;
+    /// let again = def.to_builder().rule(sluicegate_policy::RuleDef::builder("b").limit("2/s")).build()?;
+    /// assert_eq!((again.rules().len(), again.source()), (2, "r.toml"));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn to_builder(&self) -> PolicyDefBuilder {
+        PolicyDefBuilder {
+            source: Some(self.file.clone()),
+            rules: self.rules.iter().map(RuleDef::to_builder).collect(),
+            defaults: Defaults {
+                ipv6_prefix: Some(self.ipv6_prefix),
+                ..Defaults::default()
+            },
+            redis: self.redis.clone(),
+        }
+    }
+}
+
+impl PolicyDefBuilder {
+    /// The name diagnostics give as their file (none by default: they name the
+    /// rule and field).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let err = PolicyDef::builder().source("tenants").rule(RuleDef::builder("t1")).build().unwrap_err();
+    /// assert_eq!(err.to_string(), "tenants: error: rule `t1`, field `limit`: missing field `limit`");
+    /// ```
+    pub fn source(mut self, name: impl Into<String>) -> Self {
+        self.source = Some(name.into());
+        self
+    }
+
+    /// Adds a rule after those added before (order matters as in a file).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().rule(RuleDef::builder("a").limit("1/s")).build()?;
+    /// assert_eq!(def.rules()[0].name(), "a");
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn rule(mut self, rule: RuleBuilder) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// Adds rules in order.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Code, PolicyDef, RuleDef};
+    /// let rules = (0..3).map(|i| RuleDef::builder(format!("t{i}")).matching("tenant", format!("t{i}")).limit("5/s"));
+    /// let def = PolicyDef::builder().rules(rules).build()?;
+    /// assert_eq!(def.rules().len(), 3);
+    /// let twice = PolicyDef::builder().rules([RuleDef::builder("a").limit("1/s"), RuleDef::builder("a").limit("2/s")]);
+    /// assert_eq!(twice.build().unwrap_err().diagnostics()[0].code, Code::DuplicateName);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn rules(mut self, rules: impl IntoIterator<Item = RuleBuilder>) -> Self {
+        self.rules.extend(rules);
+        self
+    }
+
+    /// `[defaults] algorithm`.
+    ///
+    /// ```
+    /// # use sluicegate::Kind;
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().default_algorithm(Kind::FixedWindow).rule(RuleDef::builder("a").limit("1/s")).build()?;
+    /// assert_eq!(def.rules()[0].spec().kind(), Kind::FixedWindow);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn default_algorithm(mut self, kind: impl Into<Choice<Kind>>) -> Self {
+        self.defaults.algorithm = Some(kind.into());
+        self
+    }
+
+    /// `[defaults] backend`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Backend, PolicyDef, RedisSettings, RuleDef};
+    /// let def = PolicyDef::builder().redis(RedisSettings::new("redis://h")).default_backend(Backend::Hybrid)
+    ///     .rule(RuleDef::builder("a").limit("1/s")).build()?;
+    /// assert_eq!(def.rules()[0].backend(), Backend::Hybrid);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn default_backend(mut self, backend: impl Into<Choice<Backend>>) -> Self {
+        self.defaults.backend = Some(backend.into());
+        self
+    }
+
+    /// `[defaults] on_error`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{OnError, PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().default_on_error("open").rule(RuleDef::builder("a").limit("1/s")).build()?;
+    /// assert_eq!(def.rules()[0].on_error(), OnError::Open);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn default_on_error(mut self, on_error: impl Into<Choice<OnError>>) -> Self {
+        self.defaults.on_error = Some(on_error.into());
+        self
+    }
+
+    /// `[defaults] mode`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Mode, PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder().default_mode(Mode::Shadow).rule(RuleDef::builder("a").limit("1/s")).build()?;
+    /// assert_eq!(def.rules()[0].mode(), Mode::Shadow);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn default_mode(mut self, mode: impl Into<Choice<Mode>>) -> Self {
+        self.defaults.mode = Some(mode.into());
+        self
+    }
+
+    /// `[defaults] capacity`.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{PolicyDef, RuleDef};
+    /// let err = PolicyDef::builder().default_capacity(0).build().unwrap_err();
+    /// assert_eq!(err.diagnostics()[0].field.as_deref(), Some("defaults.capacity"));
+    /// ```
+    pub fn default_capacity(mut self, keys: u64) -> Self {
+        self.defaults.capacity = Some(keys);
+        self
+    }
+
+    /// `[defaults] ipv6_prefix`.
+    ///
+    /// ```
+    /// let def = sluicegate_policy::PolicyDef::builder().ipv6_prefix(48).build()?;
+    /// assert_eq!(def.ipv6_prefix(), 48);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.defaults.ipv6_prefix = Some(bits);
+        self
+    }
+
+    /// The `[redis]` table (lease durations in whole milliseconds).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Code, PolicyDef, RedisSettings};
+    /// let err = PolicyDef::builder().redis(RedisSettings::new("http://h")).build().unwrap_err();
+    /// assert_eq!(err.diagnostics()[0].code, Code::Redis);
+    /// ```
+    pub fn redis(mut self, settings: RedisSettings) -> Self {
+        self.redis = Some(settings);
+        self
+    }
+
+    /// Validates the policy: every error found, each naming its rule and field,
+    /// or the definition with its warnings.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Code, PolicyDef, RuleDef};
+    /// let err = PolicyDef::builder()
+    ///     .rule(RuleDef::builder("a").limit("1/s").key(["IP"]))
+    ///     .rule(RuleDef::builder("b").limit("1/s").matching("ip", "10.0.0.300"))
+    ///     .build()
+    ///     .unwrap_err();
+    /// let codes: Vec<_> = err.diagnostics().iter().map(|d| (d.code, d.rule.as_deref().unwrap())).collect();
+    /// assert_eq!(codes, [(Code::BadAttribute, "a"), (Code::BadCidr, "b")]);
+    /// ```
+    pub fn build(self) -> Result<PolicyDef, Error> {
+        let ms = |d: Duration| int(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let d = self.defaults;
+        let input = FileIn {
+            defaults: DefaultsIn {
+                algorithm: d.algorithm.map(|v| At::field(v, "defaults.algorithm")),
+                backend: d.backend.map(|v| At::field(v, "defaults.backend")),
+                on_error: d.on_error.map(|v| At::field(v, "defaults.on_error")),
+                mode: d.mode.map(|v| At::field(v, "defaults.mode")),
+                capacity: d.capacity.map(|n| At::field(int(n), "defaults.capacity")),
+                ipv6_prefix: d
+                    .ipv6_prefix
+                    .map(|n| At::field(i64::from(n), "defaults.ipv6_prefix")),
+            },
+            redis: self.redis.map(|r| RedisIn {
+                url: At::field(r.url, "redis.url"),
+                prefix: Some(At::field(r.prefix, "redis.prefix")),
+                lease_horizon_ms: r
+                    .lease_horizon
+                    .map(|t| At::field(ms(t), "redis.lease_horizon_ms")),
+                lease_ttl_ms: r.lease_ttl.map(|t| At::field(ms(t), "redis.lease_ttl_ms")),
+            }),
+            rules: self.rules.into_iter().map(RuleBuilder::input).collect(),
+        };
+        crate::validate::values(input, self.source.as_deref().unwrap_or(""))
+    }
+}
+
+impl RedisSettings {
+    /// Settings for the server at `url`, with the default prefix (`sluicegate:`)
+    /// and the factory's lease settings.
+    ///
+    /// ```
+    /// let r = sluicegate_policy::RedisSettings::new("redis://127.0.0.1:6379");
+    /// assert_eq!((r.prefix.as_str(), r.lease_ttl), ("sluicegate:", None));
+    /// ```
+    pub fn new(url: impl Into<String>) -> RedisSettings {
+        RedisSettings {
+            url: url.into(),
+            prefix: "sluicegate:".to_owned(),
+            lease_horizon: None,
+            lease_ttl: None,
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! A policy before validation, from either source: rule-file text
+//! ([`crate::raw`]) or values ([`crate::builder`]). Every value carries where it
+//! came from, so that the one validator ([`crate::validate`]) can say where a
+//! finding is: a line and column, or a rule and field.
+
+use std::borrow::Cow;
+
+use sluicegate::Kind;
+
+use crate::builder::Choice;
+use crate::def::{Backend, Mode, OnError};
+
+/// Where a value came from.
+#[derive(Clone, Debug)]
+pub(crate) struct Loc {
+    /// The field as the rule file names it: `limit`, `match.path`,
+    /// `defaults.capacity`, `redis.url`.
+    pub field: Cow<'static, str>,
+    /// In rule-file text: the byte offset of the value, and of its string
+    /// content (after the opening quotes). `None` for values.
+    pub span: Option<(usize, usize)>,
+}
+
+/// A value and where it came from.
+#[derive(Clone, Debug)]
+pub(crate) struct At<T> {
+    pub v: T,
+    pub loc: Loc,
+}
+
+impl<T> At<T> {
+    /// A value given by a builder, for `field`.
+    pub(crate) fn field(v: T, field: impl Into<Cow<'static, str>>) -> At<T> {
+        At {
+            v,
+            loc: Loc {
+                field: field.into(),
+                span: None,
+            },
+        }
+    }
+}
+
+/// A whole policy.
+#[derive(Default)]
+pub(crate) struct FileIn {
+    pub defaults: DefaultsIn,
+    pub redis: Option<RedisIn>,
+    pub rules: Vec<RuleIn>,
+}
+
+/// `[defaults]`.
+#[derive(Default)]
+pub(crate) struct DefaultsIn {
+    pub algorithm: Option<At<Choice<Kind>>>,
+    pub backend: Option<At<Choice<Backend>>>,
+    pub on_error: Option<At<Choice<OnError>>>,
+    pub mode: Option<At<Choice<Mode>>>,
+    pub capacity: Option<At<i64>>,
+    pub ipv6_prefix: Option<At<i64>>,
+}
+
+/// `[redis]`.
+pub(crate) struct RedisIn {
+    pub url: At<String>,
+    pub prefix: Option<At<String>>,
+    pub lease_horizon_ms: Option<At<i64>>,
+    pub lease_ttl_ms: Option<At<i64>>,
+}
+
+/// One `[[rule]]`.
+pub(crate) struct RuleIn {
+    pub name: At<String>,
+    /// `match`: (attribute, its values, any of), ordered by attribute.
+    pub matches: Vec<(At<String>, At<Vec<At<String>>>)>,
+    pub key: Vec<At<String>>,
+    /// Always there in text (a missing one is a syntax error); a builder may
+    /// lack it.
+    pub limit: Option<At<String>>,
+    pub algorithm: Option<At<Choice<Kind>>>,
+    pub backend: Option<At<Choice<Backend>>>,
+    pub on_error: Option<At<Choice<OnError>>>,
+    pub mode: Option<At<Choice<Mode>>>,
+    pub capacity: Option<At<i64>>,
+    pub stripes: Option<At<i64>>,
+    pub max_delay_ms: Option<At<i64>>,
+}
