@@ -317,7 +317,8 @@ fn rule(cx: &mut Ctx<'_>, r: &RuleIn, d: &Defaults, line: usize) -> Option<RuleD
             }
             Ok(attr) => {
                 let cond = cond(cx, &attr, value);
-                if cond.is_empty() {
+                // (Not when its values were rejected: those are errors already.)
+                if value.v.is_empty() {
                     let msg = format!(
                         "`{attr}` is matched against an empty list, so this rule never matches"
                     );
