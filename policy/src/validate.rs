@@ -316,9 +316,10 @@ fn rule(cx: &mut Ctx<'_>, r: &RuleIn, d: &Defaults, line: usize) -> Option<RuleD
                 cx.err(Code::BadValue, name, format!("`{attr}` is matched twice"));
             }
             Ok(attr) => {
+                let before = cx.out.len();
                 let cond = cond(cx, &attr, value);
                 // (Not when its values were rejected: those are errors already.)
-                if value.v.is_empty() {
+                if cond.is_empty() && !cx.has_errors(before) {
                     let msg = format!(
                         "`{attr}` is matched against an empty list, so this rule never matches"
                     );
