@@ -49,7 +49,10 @@ pub fn load_for_replay(path: &str) -> Result<(Policy, Vec<String>), Vec<Diagnost
     let def = if remote.is_empty() {
         def
     } else {
-        let local = def.rules().iter().map(|r| r.to_builder().backend(Backend::Local));
+        let local = def
+            .rules()
+            .iter()
+            .map(|r| r.to_builder().backend(Backend::Local));
         PolicyDef::builder()
             .source(path)
             .ipv6_prefix(def.ipv6_prefix())

@@ -115,7 +115,11 @@ impl RawFile {
                     lease_ttl_ms: r.lease_ttl_ms.map(|v| t.at(v, "redis.lease_ttl_ms")),
                 }
             }),
-            rules: self.rule.into_iter().map(|r| t.rule(r.into_inner())).collect(),
+            rules: self
+                .rule
+                .into_iter()
+                .map(|r| t.rule(r.into_inner()))
+                .collect(),
         }
     }
 }
@@ -166,10 +170,7 @@ impl Text<'_> {
                             v: RawValue::Many(all),
                             loc,
                         } => At {
-                            v: all
-                                .into_iter()
-                                .map(|s| self.at(s, field.clone()))
-                                .collect(),
+                            v: all.into_iter().map(|s| self.at(s, field.clone())).collect(),
                             loc,
                         },
                     };

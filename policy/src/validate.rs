@@ -504,7 +504,11 @@ fn shadowed(
             && o.on_error == rule.on_error
             && o.matches == rule.matches
     };
-    if let Some(o) = bucket.iter().filter_map(|&i| earlier.get(i)).find(|o| is_same(o)) {
+    if let Some(o) = bucket
+        .iter()
+        .filter_map(|&i| earlier.get(i))
+        .find(|o| is_same(o))
+    {
         let at = if o.line > 0 {
             format!(" (line {})", o.line)
         } else {

@@ -33,7 +33,11 @@ fn same(toml_rule: &str, rule: RuleBuilder) {
         .build();
     match (file, values) {
         (Ok(f), Ok(v)) => {
-            assert_eq!(unlocated(f.warnings()), unlocated(v.warnings()), "{toml_rule}");
+            assert_eq!(
+                unlocated(f.warnings()),
+                unlocated(v.warnings()),
+                "{toml_rule}"
+            );
             let (f, v) = (&f.rules()[0], &v.rules()[0]);
             assert_eq!(
                 (f.spec(), f.key(), f.backend(), f.mode(), f.on_error()),
@@ -44,7 +48,11 @@ fn same(toml_rule: &str, rule: RuleBuilder) {
             assert_eq!((f.line(), v.line()), (4, 0), "{toml_rule}");
         }
         (Err(f), Err(v)) => {
-            assert_eq!(unlocated(f.diagnostics()), unlocated(v.diagnostics()), "{toml_rule}");
+            assert_eq!(
+                unlocated(f.diagnostics()),
+                unlocated(v.diagnostics()),
+                "{toml_rule}"
+            );
             assert!(f.diagnostics().iter().all(|d| d.line > 0), "{toml_rule}");
             assert!(v.diagnostics().iter().all(|d| d.line == 0), "{toml_rule}");
         }
@@ -61,29 +69,71 @@ fn every_field_is_validated_as_in_a_file() {
     same("limit = \"5/minute\"", r().limit("5/minute"));
     same("limit = \"5/fortnight\"", r().limit("5/fortnight"));
     same("limit = \"0/s\"", r().limit("0/s"));
-    same("limit = \"1/s; 10/minute\"\nkey = [\"ip\"]", r().limit("1/s; 10/minute").key(["ip"]));
-    same("limit = \"1/s\"\nkey = [\"IP\"]", r().limit("1/s").key(["IP"]));
-    same("limit = \"1/s\"\nkey = [\"ip\", \"ip\"]", r().limit("1/s").key(["ip", "ip"]));
-    same("limit = \"1/s\"\nalgorithm = \"gcra\"", r().limit("1/s").algorithm("gcra"));
+    same(
+        "limit = \"1/s; 10/minute\"\nkey = [\"ip\"]",
+        r().limit("1/s; 10/minute").key(["ip"]),
+    );
+    same(
+        "limit = \"1/s\"\nkey = [\"IP\"]",
+        r().limit("1/s").key(["IP"]),
+    );
+    same(
+        "limit = \"1/s\"\nkey = [\"ip\", \"ip\"]",
+        r().limit("1/s").key(["ip", "ip"]),
+    );
+    same(
+        "limit = \"1/s\"\nalgorithm = \"gcra\"",
+        r().limit("1/s").algorithm("gcra"),
+    );
     same(
         "limit = \"1/s\"\nalgorithm = \"sliding_log\"\nkey = [\"ip\"]",
         r().limit("1/s").algorithm(Kind::SlidingLog).key(["ip"]),
     );
-    same("limit = \"1/s\"\nbackend = \"memcached\"", r().limit("1/s").backend("memcached"));
-    same("limit = \"1/s\"\nbackend = \"hybrid\"", r().limit("1/s").backend(Backend::Hybrid));
-    same("limit = \"1/s\"\nmode = \"dry\"", r().limit("1/s").mode("dry"));
-    same("limit = \"1/s\"\nmode = \"shadow\"", r().limit("1/s").mode(Mode::Shadow));
-    same("limit = \"1/s\"\non_error = \"open\"", r().limit("1/s").on_error(OnError::Open));
-    same("limit = \"1/s\"\ncapacity = 0", r().limit("1/s").capacity(0));
-    same("limit = \"1/s\"\ncapacity = 5000000000", r().limit("1/s").capacity(5_000_000_000));
+    same(
+        "limit = \"1/s\"\nbackend = \"memcached\"",
+        r().limit("1/s").backend("memcached"),
+    );
+    same(
+        "limit = \"1/s\"\nbackend = \"hybrid\"",
+        r().limit("1/s").backend(Backend::Hybrid),
+    );
+    same(
+        "limit = \"1/s\"\nmode = \"dry\"",
+        r().limit("1/s").mode("dry"),
+    );
+    same(
+        "limit = \"1/s\"\nmode = \"shadow\"",
+        r().limit("1/s").mode(Mode::Shadow),
+    );
+    same(
+        "limit = \"1/s\"\non_error = \"open\"",
+        r().limit("1/s").on_error(OnError::Open),
+    );
+    same(
+        "limit = \"1/s\"\ncapacity = 0",
+        r().limit("1/s").capacity(0),
+    );
+    same(
+        "limit = \"1/s\"\ncapacity = 5000000000",
+        r().limit("1/s").capacity(5_000_000_000),
+    );
     same("limit = \"1/s\"\nstripes = 4", r().limit("1/s").stripes(4));
-    same("limit = \"1/s\"\nstripes = 4\nkey = [\"ip\"]", r().limit("1/s").stripes(4).key(["ip"]));
-    same("limit = \"1/s\"\nstripes = 1000", r().limit("1/s").stripes(1000));
+    same(
+        "limit = \"1/s\"\nstripes = 4\nkey = [\"ip\"]",
+        r().limit("1/s").stripes(4).key(["ip"]),
+    );
+    same(
+        "limit = \"1/s\"\nstripes = 1000",
+        r().limit("1/s").stripes(1000),
+    );
     same(
         "limit = \"1/s\"\nalgorithm = \"shaper\"\nmax_delay_ms = 100",
         r().limit("1/s").algorithm("shaper").max_delay_ms(100),
     );
-    same("limit = \"1/s\"\nmax_delay_ms = 100", r().limit("1/s").max_delay_ms(100));
+    same(
+        "limit = \"1/s\"\nmax_delay_ms = 100",
+        r().limit("1/s").max_delay_ms(100),
+    );
     same(
         "limit = \"1/s\"\nmatch = { ip = \"10.0.0.300\" }",
         r().limit("1/s").matching("ip", "10.0.0.300"),
@@ -94,11 +144,14 @@ fn every_field_is_validated_as_in_a_file() {
     );
     same(
         "limit = \"1/s\"\nmatch = { path = \"login\", method = \"post\" }",
-        r().limit("1/s").matching("path", "login").matching("method", "post"),
+        r().limit("1/s")
+            .matching("path", "login")
+            .matching("method", "post"),
     );
     same(
         "limit = \"1/s\"\nmatch = { method = [] }",
-        r().limit("1/s").matching_any("method", Vec::<String>::new()),
+        r().limit("1/s")
+            .matching_any("method", Vec::<String>::new()),
     );
     same(
         "limit = \"1/s\"\nmatch = { Tenant = \"a\" }",
@@ -131,7 +184,10 @@ fn defaults_and_redis_are_validated_as_in_a_file() {
         .redis(RedisSettings::new("http://x"))
         .build()
         .unwrap_err();
-    assert_eq!(unlocated(file.diagnostics()), unlocated(values.diagnostics()));
+    assert_eq!(
+        unlocated(file.diagnostics()),
+        unlocated(values.diagnostics())
+    );
 }
 
 #[test]
@@ -139,7 +195,11 @@ fn findings_name_the_rule_and_field() {
     let err = PolicyDef::builder()
         .source("tenants")
         .rule(r().limit("1/s"))
-        .rule(RuleDef::builder("t2").limit("1/s").matching("ip", "10.0.0.0/33"))
+        .rule(
+            RuleDef::builder("t2")
+                .limit("1/s")
+                .matching("ip", "10.0.0.0/33"),
+        )
         .rule(r().limit("2/s"))
         .build()
         .unwrap_err();
@@ -167,9 +227,11 @@ fn identical_rules_are_found_among_many() {
     });
     let def = PolicyDef::builder().rules(rules).build().unwrap();
     assert_eq!(def.warnings().len(), 1000);
-    assert!(def.warnings()[0]
-        .message
-        .starts_with("identical to rule `t0`: "));
+    assert!(
+        def.warnings()[0]
+            .message
+            .starts_with("identical to rule `t0`: ")
+    );
     assert_eq!(def.warnings()[0].rule.as_deref(), Some("t1000"));
 }
 
@@ -238,5 +300,10 @@ fn a_policy_from_values_checks_and_reloads() {
     assert!(p.check_n_at(&t, 1, 0).allowed());
     assert!(!p.check_n_at(&t, 1, 0).allowed());
     // A bad definition cannot be made: a reload only ever gets a valid one.
-    assert!(PolicyDef::builder().rule(RuleDef::builder("x").limit("nope")).build().is_err());
+    assert!(
+        PolicyDef::builder()
+            .rule(RuleDef::builder("x").limit("nope"))
+            .build()
+            .is_err()
+    );
 }
