@@ -161,6 +161,34 @@ impl PyPolicy {
         })
     }
 
+    /// A policy from `Rule` objects (in order), with `defaults` and `redis` as
+    /// dicts of the rule file's `[defaults]` and `[redis]` fields; validated as a
+    /// file is (a `ValueError` naming the rule and field).
+    #[staticmethod]
+    #[pyo3(signature = (rules, *, defaults = None, redis = None, state = None))]
+    fn from_rules(
+        py: Python<'_>,
+        rules: &Bound<'_, PyAny>,
+        defaults: Option<&Bound<'_, PyDict>>,
+        redis: Option<&Bound<'_, PyDict>>,
+        state: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let def = crate::rules::policy_def(rules, defaults, redis, state)?;
+        let inner = py
+            .detach(|| {
+                Policy::builder()
+                    .remote(RedisFactory::default())
+                    .from_def(def)
+            })
+            .map_err(invalid)?;
+        Ok(Self {
+            remote: has_remote(&inner),
+            inner: Arc::new(inner),
+            path: None,
+            watcher: Mutex::new(None),
+        })
+    }
+
     /// One request, described by its attributes: `ip`, `path`, `method`, `host`,
     /// `headers` (a mapping or pairs; matched as `header:<lower-case name>`) and
     /// any of the application's own (`tenant="acme"`). `cost` units are taken from
