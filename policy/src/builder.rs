@@ -298,7 +298,6 @@ impl RuleBuilder {
     }
 
     fn input(self) -> RuleIn {
-        let field = |f: &str, v| At::field(v, format!("{f}"));
         RuleIn {
             name: At::field(self.name, "name"),
             matches: self
@@ -306,7 +305,10 @@ impl RuleBuilder {
                 .into_iter()
                 .map(|(attr, values)| {
                     let f = format!("match.{attr}");
-                    let values = values.into_iter().map(|v| field(&f, v)).collect();
+                    let values = values
+                        .into_iter()
+                        .map(|v| At::field(v, f.clone()))
+                        .collect();
                     (At::field(attr, "match"), At::field(values, f))
                 })
                 .collect(),

@@ -68,11 +68,14 @@ pub(crate) struct RedisIn {
     pub lease_ttl_ms: Option<At<i64>>,
 }
 
+/// One `match` entry: the attribute, and its values (any of).
+pub(crate) type MatchIn = (At<String>, At<Vec<At<String>>>);
+
 /// One `[[rule]]`.
 pub(crate) struct RuleIn {
     pub name: At<String>,
-    /// `match`: (attribute, its values, any of), ordered by attribute.
-    pub matches: Vec<(At<String>, At<Vec<At<String>>>)>,
+    /// `match`, in the order given (a file's is ordered by attribute).
+    pub matches: Vec<MatchIn>,
     pub key: Vec<At<String>>,
     /// Always there in text (a missing one is a syntax error); a builder may
     /// lack it.

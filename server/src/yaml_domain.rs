@@ -112,19 +112,20 @@ pub(crate) fn plan(
                 .capacity(settings.keys_per_limit as u64),
         );
     }
-    PolicyDef::builder().rules(rules).build().map_err(|e| {
-        let errors = e.diagnostics().iter();
-        let d = errors
-            .filter(|d| d.severity == sluicegate_policy::Severity::Error)
-            .next();
-        let (descriptor, message) = d.map_or(("", e.to_string()), |d| {
-            (d.rule.as_deref().unwrap_or(""), d.message.clone())
-        });
-        ConfigError::new(
-            tree.file_of(descriptor),
-            format!("descriptor '{descriptor}': {message}"),
-        )
-    })
+    let def = PolicyDef::builder().rules(rules).build();
+    def.map_err(|e| descriptor_error(tree, &e))
+}
+
+/// A domain policy's error (its first: errors come before warnings), as the
+/// descriptor's: the rule is the limit's full key.
+fn descriptor_error(tree: &DescriptorTree, e: &sluicegate_policy::Error) -> ConfigError {
+    let first = e.diagnostics().first();
+    let descriptor = first.and_then(|d| d.rule.as_deref()).unwrap_or("");
+    let message = first.map_or_else(|| e.to_string(), |d| d.message.clone());
+    ConfigError::new(
+        tree.file_of(descriptor),
+        format!("descriptor '{descriptor}': {message}"),
+    )
 }
 
 impl YamlDomain {
@@ -136,15 +137,7 @@ impl YamlDomain {
         def: PolicyDef,
         prev: Option<&YamlDomain>,
     ) -> Result<YamlDomain, ConfigError> {
-        let err = |e: sluicegate_policy::Error| {
-            let d = e.diagnostics().first();
-            let descriptor = d.and_then(|d| d.rule.clone()).unwrap_or_default();
-            let message = d.map_or_else(|| e.to_string(), |d| d.message.clone());
-            ConfigError::new(
-                tree.file_of(&descriptor),
-                format!("descriptor '{descriptor}': {message}"),
-            )
-        };
+        let err = |e: sluicegate_policy::Error| descriptor_error(&tree, &e);
         let policy = match prev {
             Some(p) => {
                 p.policy.reload_from_def(def).map_err(err)?;
