@@ -9,7 +9,7 @@ use sluicegate::Kind;
 
 use crate::def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef};
 use crate::diag::Error;
-use crate::input::{At, DefaultsIn, FileIn, RedisIn, RuleIn};
+use crate::input::{At, DefaultsIn, FileIn, RedisIn, RuleIn, SettingsIn};
 
 /// A setting given as a value or by its rule-file name. A name is checked when the
 /// policy is built, with the rule file's message (what a binding that receives
@@ -76,13 +76,33 @@ pub struct RuleBuilder {
     matches: Vec<(String, Vec<String>)>,
     key: Vec<String>,
     limit: Option<String>,
+    settings: Settings,
+    stripes: Option<u64>,
+    max_delay_ms: Option<u64>,
+}
+
+/// What a rule and `[defaults]` both set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Settings {
     algorithm: Option<Choice<Kind>>,
     backend: Option<Choice<Backend>>,
     on_error: Option<Choice<OnError>>,
     mode: Option<Choice<Mode>>,
     capacity: Option<u64>,
-    stripes: Option<u64>,
-    max_delay_ms: Option<u64>,
+}
+
+impl Settings {
+    /// The validator's input, each field named after `prefix`.
+    fn input(self, prefix: &str) -> SettingsIn {
+        let field = |name: &str| format!("{prefix}{name}");
+        SettingsIn {
+            algorithm: self.algorithm.map(|v| At::field(v, field("algorithm"))),
+            backend: self.backend.map(|v| At::field(v, field("backend"))),
+            on_error: self.on_error.map(|v| At::field(v, field("on_error"))),
+            mode: self.mode.map(|v| At::field(v, field("mode"))),
+            capacity: self.capacity.map(|n| At::field(int(n), field("capacity"))),
+        }
+    }
 }
 
 impl RuleDef {
@@ -100,11 +120,7 @@ impl RuleDef {
             matches: Vec::new(),
             key: Vec::new(),
             limit: None,
-            algorithm: None,
-            backend: None,
-            on_error: None,
-            mode: None,
-            capacity: None,
+            settings: Settings::default(),
             stripes: None,
             max_delay_ms: None,
         }
@@ -130,11 +146,13 @@ impl RuleDef {
             matches: self.match_values.clone(),
             key: self.key.iter().map(|k| k.as_str().to_owned()).collect(),
             limit: Some(self.limit.clone()),
-            algorithm: Some(Choice::Value(self.spec.kind())),
-            backend: Some(Choice::Value(self.backend)),
-            on_error: Some(Choice::Value(self.on_error)),
-            mode: Some(Choice::Value(self.mode)),
-            capacity: Some(self.capacity as u64),
+            settings: Settings {
+                algorithm: Some(Choice::Value(self.spec.kind())),
+                backend: Some(Choice::Value(self.backend)),
+                on_error: Some(Choice::Value(self.on_error)),
+                mode: Some(Choice::Value(self.mode)),
+                capacity: Some(self.capacity as u64),
+            },
             stripes: (self.stripes > 1).then_some(self.stripes as u64),
             max_delay_ms: self.max_delay_ms,
         }
@@ -216,7 +234,7 @@ impl RuleBuilder {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn algorithm(mut self, kind: impl Into<Choice<Kind>>) -> Self {
-        self.algorithm = Some(kind.into());
+        self.settings.algorithm = Some(kind.into());
         self
     }
 
@@ -228,7 +246,7 @@ impl RuleBuilder {
     /// assert_eq!(err.diagnostics()[0].code, Code::Redis); // no [redis] settings
     /// ```
     pub fn backend(mut self, backend: impl Into<Choice<Backend>>) -> Self {
-        self.backend = Some(backend.into());
+        self.settings.backend = Some(backend.into());
         self
     }
 
@@ -241,7 +259,7 @@ impl RuleBuilder {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn on_error(mut self, on_error: impl Into<Choice<OnError>>) -> Self {
-        self.on_error = Some(on_error.into());
+        self.settings.on_error = Some(on_error.into());
         self
     }
 
@@ -253,7 +271,7 @@ impl RuleBuilder {
     /// assert!(err.to_string().contains("unknown mode `dry-run`"));
     /// ```
     pub fn mode(mut self, mode: impl Into<Choice<Mode>>) -> Self {
-        self.mode = Some(mode.into());
+        self.settings.mode = Some(mode.into());
         self
     }
 
@@ -266,7 +284,7 @@ impl RuleBuilder {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn capacity(mut self, keys: u64) -> Self {
-        self.capacity = Some(keys);
+        self.settings.capacity = Some(keys);
         self
     }
 
@@ -314,11 +332,7 @@ impl RuleBuilder {
                 .collect(),
             key: self.key.into_iter().map(|k| At::field(k, "key")).collect(),
             limit: self.limit.map(|l| At::field(l, "limit")),
-            algorithm: self.algorithm.map(|v| At::field(v, "algorithm")),
-            backend: self.backend.map(|v| At::field(v, "backend")),
-            on_error: self.on_error.map(|v| At::field(v, "on_error")),
-            mode: self.mode.map(|v| At::field(v, "mode")),
-            capacity: self.capacity.map(|n| At::field(int(n), "capacity")),
+            settings: self.settings.input(""),
             stripes: self.stripes.map(|n| At::field(int(n), "stripes")),
             max_delay_ms: self.max_delay_ms.map(|n| At::field(int(n), "max_delay_ms")),
         }
@@ -351,11 +365,7 @@ pub struct PolicyDefBuilder {
 
 #[derive(Clone, Debug, Default)]
 struct Defaults {
-    algorithm: Option<Choice<Kind>>,
-    backend: Option<Choice<Backend>>,
-    on_error: Option<Choice<OnError>>,
-    mode: Option<Choice<Mode>>,
-    capacity: Option<u64>,
+    settings: Settings,
     ipv6_prefix: Option<u8>,
 }
 
@@ -446,7 +456,7 @@ impl PolicyDefBuilder {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn default_algorithm(mut self, kind: impl Into<Choice<Kind>>) -> Self {
-        self.defaults.algorithm = Some(kind.into());
+        self.defaults.settings.algorithm = Some(kind.into());
         self
     }
 
@@ -460,7 +470,7 @@ impl PolicyDefBuilder {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn default_backend(mut self, backend: impl Into<Choice<Backend>>) -> Self {
-        self.defaults.backend = Some(backend.into());
+        self.defaults.settings.backend = Some(backend.into());
         self
     }
 
@@ -473,7 +483,7 @@ impl PolicyDefBuilder {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn default_on_error(mut self, on_error: impl Into<Choice<OnError>>) -> Self {
-        self.defaults.on_error = Some(on_error.into());
+        self.defaults.settings.on_error = Some(on_error.into());
         self
     }
 
@@ -486,7 +496,7 @@ impl PolicyDefBuilder {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn default_mode(mut self, mode: impl Into<Choice<Mode>>) -> Self {
-        self.defaults.mode = Some(mode.into());
+        self.defaults.settings.mode = Some(mode.into());
         self
     }
 
@@ -498,7 +508,7 @@ impl PolicyDefBuilder {
     /// assert_eq!(err.diagnostics()[0].field.as_deref(), Some("defaults.capacity"));
     /// ```
     pub fn default_capacity(mut self, keys: u64) -> Self {
-        self.defaults.capacity = Some(keys);
+        self.defaults.settings.capacity = Some(keys);
         self
     }
 
@@ -544,11 +554,7 @@ impl PolicyDefBuilder {
         let d = self.defaults;
         let input = FileIn {
             defaults: DefaultsIn {
-                algorithm: d.algorithm.map(|v| At::field(v, "defaults.algorithm")),
-                backend: d.backend.map(|v| At::field(v, "defaults.backend")),
-                on_error: d.on_error.map(|v| At::field(v, "defaults.on_error")),
-                mode: d.mode.map(|v| At::field(v, "defaults.mode")),
-                capacity: d.capacity.map(|n| At::field(int(n), "defaults.capacity")),
+                settings: d.settings.input("defaults."),
                 ipv6_prefix: d
                     .ipv6_prefix
                     .map(|n| At::field(i64::from(n), "defaults.ipv6_prefix")),

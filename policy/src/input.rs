@@ -49,14 +49,20 @@ pub(crate) struct FileIn {
     pub rules: Vec<RuleIn>,
 }
 
-/// `[defaults]`.
+/// What a rule and `[defaults]` both set (a rule's own value wins).
 #[derive(Default)]
-pub(crate) struct DefaultsIn {
+pub(crate) struct SettingsIn {
     pub algorithm: Option<At<Choice<Kind>>>,
     pub backend: Option<At<Choice<Backend>>>,
     pub on_error: Option<At<Choice<OnError>>>,
     pub mode: Option<At<Choice<Mode>>>,
     pub capacity: Option<At<i64>>,
+}
+
+/// `[defaults]`.
+#[derive(Default)]
+pub(crate) struct DefaultsIn {
+    pub settings: SettingsIn,
     pub ipv6_prefix: Option<At<i64>>,
 }
 
@@ -80,11 +86,7 @@ pub(crate) struct RuleIn {
     /// Always there in text (a missing one is a syntax error); a builder may
     /// lack it.
     pub limit: Option<At<String>>,
-    pub algorithm: Option<At<Choice<Kind>>>,
-    pub backend: Option<At<Choice<Backend>>>,
-    pub on_error: Option<At<Choice<OnError>>>,
-    pub mode: Option<At<Choice<Mode>>>,
-    pub capacity: Option<At<i64>>,
+    pub settings: SettingsIn,
     pub stripes: Option<At<i64>>,
     pub max_delay_ms: Option<At<i64>>,
 }

@@ -10,7 +10,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use toml::Spanned;
 
 use crate::builder::Choice;
-use crate::input::{At, DefaultsIn, FileIn, Loc, RedisIn, RuleIn};
+use crate::input::{At, DefaultsIn, FileIn, Loc, RedisIn, RuleIn, SettingsIn};
 
 type S<T> = Spanned<T>;
 
@@ -97,11 +97,11 @@ impl RawFile {
         let d = self.defaults;
         FileIn {
             defaults: DefaultsIn {
-                algorithm: d.algorithm.map(|v| t.choice(v, "defaults.algorithm")),
-                backend: d.backend.map(|v| t.choice(v, "defaults.backend")),
-                on_error: d.on_error.map(|v| t.choice(v, "defaults.on_error")),
-                mode: d.mode.map(|v| t.choice(v, "defaults.mode")),
-                capacity: d.capacity.map(|v| t.at(v, "defaults.capacity")),
+                settings: t.settings(
+                    "defaults.",
+                    [d.algorithm, d.backend, d.on_error, d.mode],
+                    d.capacity,
+                ),
                 ipv6_prefix: d.ipv6_prefix.map(|v| t.at(v, "defaults.ipv6_prefix")),
             },
             redis: self.redis.map(|r| {
@@ -140,7 +140,25 @@ impl Text<'_> {
         }
     }
 
-    fn choice<T>(self, v: S<String>, field: &'static str) -> At<Choice<T>> {
+    /// `algorithm`, `backend`, `on_error`, `mode` (in that order) and `capacity`,
+    /// their fields named after `prefix`.
+    fn settings(
+        self,
+        prefix: &str,
+        [algorithm, backend, on_error, mode]: [Option<S<String>>; 4],
+        capacity: Option<S<i64>>,
+    ) -> SettingsIn {
+        let field = |name: &str| format!("{prefix}{name}");
+        SettingsIn {
+            algorithm: algorithm.map(|v| self.choice(v, field("algorithm"))),
+            backend: backend.map(|v| self.choice(v, field("backend"))),
+            on_error: on_error.map(|v| self.choice(v, field("on_error"))),
+            mode: mode.map(|v| self.choice(v, field("mode"))),
+            capacity: capacity.map(|v| self.at(v, field("capacity"))),
+        }
+    }
+
+    fn choice<T>(self, v: S<String>, field: String) -> At<Choice<T>> {
         let At { v, loc } = self.at(v, field);
         At {
             v: Choice::Name(v),
@@ -188,11 +206,7 @@ impl Text<'_> {
                     .collect()
             }),
             limit: Some(self.at(r.limit, "limit")),
-            algorithm: r.algorithm.map(|v| self.choice(v, "algorithm")),
-            backend: r.backend.map(|v| self.choice(v, "backend")),
-            on_error: r.on_error.map(|v| self.choice(v, "on_error")),
-            mode: r.mode.map(|v| self.choice(v, "mode")),
-            capacity: r.capacity.map(|v| self.at(v, "capacity")),
+            settings: self.settings("", [r.algorithm, r.backend, r.on_error, r.mode], r.capacity),
             stripes: r.stripes.map(|v| self.at(v, "stripes")),
             max_delay_ms: r.max_delay_ms.map(|v| self.at(v, "max_delay_ms")),
         }

@@ -133,7 +133,7 @@ fn validate(f: FileIn, file: &str, lines: Option<Lines<'_>>) -> Result<PolicyDef
         out: Vec::new(),
         rule: None,
     };
-    let d = &f.defaults;
+    let d = &f.defaults.settings;
     let kind = match &d.algorithm {
         Some(a) => kind(&mut cx, a).unwrap_or(DEFAULT_KIND),
         None => DEFAULT_KIND,
@@ -145,7 +145,7 @@ fn validate(f: FileIn, file: &str, lines: Option<Lines<'_>>) -> Result<PolicyDef
         Some(c) => capacity(&mut cx, c),
         None => DEFAULT_CAPACITY,
     };
-    let ipv6_prefix = match &d.ipv6_prefix {
+    let ipv6_prefix = match &f.defaults.ipv6_prefix {
         Some(p) if (1..=128).contains(&p.v) => p.v as u8,
         Some(p) => {
             cx.err(Code::BadValue, p, "ipv6_prefix must be 1 to 128".into());
@@ -289,25 +289,26 @@ fn lease_ms(cx: &mut Ctx<'_>, ms: &At<i64>, field: &str) -> Option<Duration> {
 
 fn rule(cx: &mut Ctx<'_>, r: &RuleIn, d: &Defaults, line: usize) -> Option<RuleDef> {
     let errors_before = cx.out.len();
+    let s = &r.settings;
     let Some(limit) = &r.limit else {
         let at = At::field((), "limit");
         cx.err(Code::Syntax, &at, "missing field `limit`".into());
         return None;
     };
-    let (kind, kind_at) = match &r.algorithm {
+    let (kind, kind_at) = match &s.algorithm {
         Some(a) => (kind(cx, a)?, a.loc.clone()),
         None => (d.kind, d.kind_at.clone().unwrap_or(limit.loc.clone())),
     };
-    let backend = cx.choice(r.backend.as_ref(), d.backend);
-    let backend_at = r
+    let backend = cx.choice(s.backend.as_ref(), d.backend);
+    let backend_at = s
         .backend
         .as_ref()
         .map(|b| b.loc.clone())
         .or(d.backend_at.clone())
         .unwrap_or(r.name.loc.clone());
-    let on_error = cx.choice(r.on_error.as_ref(), d.on_error);
-    let mode = cx.choice(r.mode.as_ref(), d.mode);
-    let capacity = r.capacity.as_ref().map_or(d.capacity, |c| capacity(cx, c));
+    let on_error = cx.choice(s.on_error.as_ref(), d.on_error);
+    let mode = cx.choice(s.mode.as_ref(), d.mode);
+    let capacity = s.capacity.as_ref().map_or(d.capacity, |c| capacity(cx, c));
 
     let mut matches: Vec<(AttrName, Cond)> = Vec::with_capacity(r.matches.len());
     for (name, value) in &r.matches {
