@@ -392,6 +392,11 @@ pub enum SpecError {
         /// The size of the allocation that failed.
         bytes: usize,
     },
+    /// A keyed [`crate::keyed::Pool`] already holds as many limits as it can.
+    PoolFull {
+        /// The most limits a pool holds at once.
+        max: usize,
+    },
 }
 
 impl fmt::Display for SpecError {
@@ -408,6 +413,10 @@ impl fmt::Display for SpecError {
                 "{field} cannot be changed on a live limiter; build a new limiter instead"
             ),
             Self::Alloc { bytes } => write!(f, "could not allocate {bytes} bytes"),
+            Self::PoolFull { max } => write!(
+                f,
+                "the keyed pool holds {max} limits already: drop some, or use another pool"
+            ),
         }
     }
 }

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::hash::Hash;
 
+use sluicegate::keyed::Pool;
 use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
 
 use crate::def::{Backend, OnError, RedisSettings, RuleDef};
@@ -140,15 +141,18 @@ pub(crate) enum Answer {
 }
 
 impl Limiter {
-    /// The local limiter for `rule` (its backend ignored).
-    pub(crate) fn local(rule: &RuleDef) -> Result<Limiter, SpecError> {
+    /// The local limiter for `rule` (its backend ignored); a keyed rule's keys
+    /// live in `pool` (the policy has one whenever it has a keyed rule).
+    pub(crate) fn local(rule: &RuleDef, pool: Option<&Pool>) -> Result<Limiter, String> {
         let spec = rule.spec();
+        let err = |e: SpecError| e.to_string();
         Ok(if !rule.key().is_empty() {
-            Limiter::Keyed(KeyedTable::new(spec, rule.capacity())?)
+            let pool = pool.ok_or("a keyed rule needs the policy's keyed state")?;
+            Limiter::Keyed(KeyedTable::new(pool, spec, rule.capacity()).map_err(err)?)
         } else if rule.stripes() > 1 {
-            Limiter::One(AnyLimiter::striped(spec, rule.stripes(), ())?)
+            Limiter::One(AnyLimiter::striped(spec, rule.stripes(), ()).map_err(err)?)
         } else {
-            Limiter::One(AnyLimiter::with_clock(spec, ())?)
+            Limiter::One(AnyLimiter::with_clock(spec, ()).map_err(err)?)
         })
     }
 
@@ -156,9 +160,10 @@ impl Limiter {
         rule: &RuleDef,
         redis: Option<&RedisSettings>,
         remote: Option<&dyn RemoteFactory>,
+        pool: Option<&Pool>,
     ) -> Result<Limiter, String> {
         if rule.backend() == Backend::Local {
-            return Limiter::local(rule).map_err(|e| e.to_string());
+            return Limiter::local(rule, pool);
         }
         let (Some(factory), Some(redis)) = (remote, redis) else {
             return Err(format!(
@@ -168,7 +173,7 @@ impl Limiter {
         };
         let remote = factory.build(rule, redis).map_err(|e| e.0)?;
         let local = match rule.on_error() {
-            OnError::Local => Some(Box::new(Limiter::local(rule).map_err(|e| e.to_string())?)),
+            OnError::Local => Some(Box::new(Limiter::local(rule, pool)?)),
             _ => None,
         };
         Ok(Limiter::Remote {
@@ -282,12 +287,28 @@ impl Limiter {
         }
     }
 
-    /// Keys holding state, evictions, new keys turned away (keyed rules).
-    pub(crate) fn table_stats(&self, now: u64) -> (u64, u64, u64) {
+    /// Keys holding state (the most over its limits, from `live`: the pool's
+    /// live keys by id, one scan for every rule), evictions of its keys, new
+    /// keys turned away (keyed rules).
+    pub(crate) fn table_stats(&self, live: &[usize]) -> (u64, u64, u64) {
         match self {
-            Limiter::Keyed(t) => (t.len_at(now) as u64, t.evictions(), t.rejected()),
-            Limiter::Remote { local: Some(l), .. } => l.table_stats(now),
+            Limiter::Keyed(t) => {
+                let ids = t.pool_ids();
+                let live = ids.iter().map(|&id| live.get(usize::from(id)).copied());
+                let keys = live.flatten().max().unwrap_or(0);
+                (keys as u64, t.evictions(), t.rejected())
+            }
+            Limiter::Remote { local: Some(l), .. } => l.table_stats(live),
             _ => (0, 0, 0),
+        }
+    }
+
+    /// Whether this is (or falls back to) a keyed table in the policy's pool.
+    pub(crate) fn in_pool(&self) -> bool {
+        match self {
+            Limiter::Keyed(_) => true,
+            Limiter::Remote { local: Some(l), .. } => l.in_pool(),
+            _ => false,
         }
     }
 }

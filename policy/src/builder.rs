@@ -46,6 +46,13 @@ impl From<Kind> for Choice<Kind> {
     }
 }
 
+/// A size in bytes (`[state] memory`), beside its text (`"64 MiB"`).
+impl From<usize> for Choice<usize> {
+    fn from(bytes: usize) -> Self {
+        Choice::Value(bytes)
+    }
+}
+
 /// A number of a builder as the validator takes it (a rule file's integers are
 /// `i64`): one past the range saturates, so it is rejected with the file's message.
 fn int(n: u64) -> i64 {
@@ -361,6 +368,7 @@ pub struct PolicyDefBuilder {
     rules: Vec<RuleBuilder>,
     defaults: Defaults,
     redis: Option<RedisSettings>,
+    state_memory: Option<Choice<usize>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -399,6 +407,7 @@ impl PolicyDef {
                 ..Defaults::default()
             },
             redis: self.redis.clone(),
+            state_memory: Some(Choice::Value(self.state.memory)),
         }
     }
 }
@@ -536,6 +545,22 @@ impl PolicyDefBuilder {
         self
     }
 
+    /// `[state] memory`: bytes, or a size as the file writes it (`"64 MiB"`);
+    /// 64 KiB to 1 TiB.
+    ///
+    /// ```
+    /// # use sluicegate_policy::PolicyDef;
+    /// assert_eq!(PolicyDef::builder().state_memory("8 MiB").build()?.state().memory, 8 << 20);
+    /// assert_eq!(PolicyDef::builder().state_memory(1usize << 20).build()?.state().memory, 1 << 20);
+    /// let err = PolicyDef::builder().state_memory(1024usize).build().unwrap_err();
+    /// assert_eq!(err.diagnostics()[0].field.as_deref(), Some("state.memory"));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn state_memory(mut self, memory: impl Into<Choice<usize>>) -> Self {
+        self.state_memory = Some(memory.into());
+        self
+    }
+
     /// Validates the policy: every error found, each naming its rule and field,
     /// or the definition with its warnings.
     ///
@@ -567,6 +592,7 @@ impl PolicyDefBuilder {
                     .map(|t| At::field(ms(t), "redis.lease_horizon_ms")),
                 lease_ttl_ms: r.lease_ttl.map(|t| At::field(ms(t), "redis.lease_ttl_ms")),
             }),
+            state_memory: self.state_memory.map(|m| At::field(m, "state.memory")),
             rules: self.rules.into_iter().map(RuleBuilder::input).collect(),
         };
         crate::validate::values(input, self.source.as_deref().unwrap_or(""))

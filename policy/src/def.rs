@@ -126,6 +126,96 @@ pub struct RedisSettings {
     pub lease_ttl: Option<Duration>,
 }
 
+/// The `[state]` table: how much memory the policy's local keyed state may use.
+///
+/// Every keyed rule of a policy keeps its keys in one pool of slots (16 bytes a
+/// key and limit, see [`sluicegate::keyed::Pool`]) instead of a table of its
+/// own sized for its worst case: a rule costs the keys it holds. `memory`
+/// bounds the pool (`memory = "64 MiB"` by default); the pool is sized to what
+/// the rules can hold (each keyed rule's `capacity` of live keys, with a
+/// quarter more for placement), up to that bound. Rules of a full pool evict
+/// each other's stalest keys into their own sketch cells: early to limit, never
+/// late. A reload keeps the pool (and every unchanged rule's keys) unless the
+/// rules need twice the memory it has or `memory` changes; then every keyed rule
+/// starts anew in a new pool.
+///
+/// ```
+/// use sluicegate_policy::{PolicyDef, StateSettings};
+/// let def = PolicyDef::parse("[state]\nmemory = \"8 MiB\"\n", None)?;
+/// assert_eq!(def.state().memory, 8 << 20);
+/// assert_eq!(StateSettings::default().memory, 64 << 20);
+/// assert_eq!(StateSettings::parse_memory("1.5 GiB"), Ok(3 << 29));
+/// assert!(StateSettings::parse_memory("64 parsecs").unwrap_err().contains("MiB"));
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateSettings {
+    /// Bytes the policy's local keyed state may use.
+    pub memory: usize,
+}
+
+impl Default for StateSettings {
+    fn default() -> Self {
+        StateSettings {
+            memory: DEFAULT_MEMORY,
+        }
+    }
+}
+
+/// The default `[state] memory`: 64 MiB.
+const DEFAULT_MEMORY: usize = 64 << 20;
+/// The least `[state] memory`: 64 KiB.
+const MIN_MEMORY: usize = 64 << 10;
+/// The most `[state] memory`: 1 TiB.
+const MAX_MEMORY: u64 = 1 << 40;
+
+impl StateSettings {
+    /// A memory size: a number of bytes, or a number with a unit (`B`, `KiB`,
+    /// `MiB`, `GiB`, `TiB`, or the decimal `KB`, `MB`, `GB`, `TB`), 64 KiB to
+    /// 1 TiB. The error says what is accepted.
+    ///
+    /// ```
+    /// use sluicegate_policy::StateSettings;
+    /// assert_eq!(StateSettings::parse_memory("256MiB"), Ok(256 << 20));
+    /// assert_eq!(StateSettings::parse_memory("100 MB"), Ok(100_000_000));
+    /// assert_eq!(StateSettings::parse_memory("1048576"), Ok(1 << 20));
+    /// assert!(StateSettings::parse_memory("1 KiB").is_err()); // below 64 KiB
+    /// ```
+    pub fn parse_memory(text: &str) -> Result<usize, String> {
+        let t = text.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (number, unit) = t.split_at(split);
+        let unit_bytes: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            "TiB" => 1 << 40,
+            "KB" | "kB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            "TB" => 1_000_000_000_000,
+            _ => u64::MAX,
+        };
+        let value: Option<f64> = number.parse().ok().filter(|v: &f64| v.is_finite());
+        let bytes = match value {
+            Some(v) if unit_bytes != u64::MAX => v * unit_bytes as f64,
+            _ => {
+                return Err(format!(
+                    "`{text}` is not a memory size: write bytes or a number with KiB, MiB, GiB (or KB, MB, GB), e.g. \"64 MiB\""
+                ));
+            }
+        };
+        if !(MIN_MEMORY as f64..=MAX_MEMORY as f64).contains(&bytes) {
+            return Err(format!("`{text}`: the memory must be 64 KiB to 1 TiB"));
+        }
+        usize::try_from(bytes as u64)
+            .map_err(|_| format!("`{text}` does not fit this machine's address space"))
+    }
+}
+
 /// One validated rule.
 ///
 /// ```
@@ -317,6 +407,7 @@ impl RuleDef {
 pub struct PolicyDef {
     pub(crate) rules: Vec<RuleDef>,
     pub(crate) redis: Option<RedisSettings>,
+    pub(crate) state: StateSettings,
     pub(crate) ipv6_prefix: u8,
     pub(crate) warnings: Vec<Diagnostic>,
     /// The source name diagnostics give (`<policy>` for text without one).
@@ -355,6 +446,16 @@ impl PolicyDef {
     /// ```
     pub fn redis(&self) -> Option<&RedisSettings> {
         self.redis.as_ref()
+    }
+
+    /// The `[state]` table (its defaults if absent).
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("", None).unwrap();
+    /// assert_eq!(def.state().memory, 64 << 20);
+    /// ```
+    pub fn state(&self) -> StateSettings {
+        self.state
     }
 
     /// The prefix length IPv6 addresses are grouped by in keys (`[defaults]

@@ -46,6 +46,8 @@ impl<T> At<T> {
 pub(crate) struct FileIn {
     pub defaults: DefaultsIn,
     pub redis: Option<RedisIn>,
+    /// `[state] memory`: a size's text, or bytes.
+    pub state_memory: Option<At<Choice<usize>>>,
     pub rules: Vec<RuleIn>,
 }
 

@@ -64,6 +64,7 @@ mod raw;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod reload;
+mod state;
 mod table;
 mod validate;
 
@@ -71,7 +72,7 @@ pub use attrs::{AttrName, Attrs};
 pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
 pub use builder::{Choice, PolicyDefBuilder, RuleBuilder};
 pub use decision::{Decision, RuleDecision, push_sf_string};
-pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef};
+pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, StateSettings};
 pub use diag::{Code, Diagnostic, Error, Severity};
 #[cfg(feature = "tower")]
 pub use layer::{ExtraAttrs, PolicyLayer, PolicyService};

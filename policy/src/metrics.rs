@@ -175,10 +175,15 @@ impl crate::Policy {
     /// ```
     pub fn metrics_at(&self, now: u64) -> Vec<RuleStats> {
         let snap = self.current.load_full();
+        // One scan of the pool counts every keyed rule's live keys.
+        let live = snap
+            .pool
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.live_keys_at(now));
         snap.rules
             .iter()
             .map(|r| {
-                let (keys, evictions, rejected_keys) = r.limiter.table_stats(now);
+                let (keys, evictions, rejected_keys) = r.limiter.table_stats(&live);
                 let m = &r.metrics;
                 RuleStats {
                     name: r.def.name().to_owned(),
@@ -228,6 +233,32 @@ impl crate::Policy {
             .clone();
         let mut out = String::new();
         write_text(&mut out, &rules, &reload);
+        let name = "sluicegate_policy_state_bytes";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Bytes of the pool every keyed rule keeps its keys in ([state] memory bounds it).\n# TYPE {name} gauge\n{name} {}",
+            self.state_memory()
+        );
         out
+    }
+
+    /// Bytes of the pool the keyed rules keep their keys in (0 without a keyed
+    /// rule): what `[state] memory` bounds.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let keyless = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// assert_eq!(keyless.state_memory(), 0);
+    /// let mut text = String::from("[state]\nmemory = \"4 MiB\"\n");
+    /// for i in 0..1000 {
+    ///     text += &format!("[[rule]]\nname = \"t{i}\"\nmatch = {{ tenant = \"t{i}\" }}\nkey = [\"ip\"]\nlimit = \"10/s\"\n");
+    /// }
+    /// let p = Policy::from_toml(&text)?; // 1,000 rules × 100,000 keys: bounded
+    /// assert!(p.state_memory() > 0 && p.state_memory() <= 4 << 20);
+    /// assert!(p.metrics_text_at(0).contains("sluicegate_policy_state_bytes "));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn state_memory(&self) -> usize {
+        self.current.load().pool.as_ref().map_or(0, |p| p.memory())
     }
 }

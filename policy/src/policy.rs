@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use sluicegate::keyed::Pool;
 use sluicegate::{Clock, DefaultClock};
 
 use crate::attrs::AttrName;
@@ -26,6 +27,8 @@ pub(crate) struct Compiled {
     pub names: Box<[AttrName]>,
     /// Which rules a request can match, by their exact-match conditions.
     pub index: RuleIndex,
+    /// Where the keyed rules keep their keys (`None`: no keyed rule yet).
+    pub pool: Option<Pool>,
 }
 
 /// Up to this many distinct attributes are looked up once per request into an
@@ -85,6 +88,9 @@ pub struct Policy {
     pub(crate) current: ArcSwap<Compiled>,
     pub(crate) clock: DefaultClock,
     pub(crate) remote: Option<Arc<dyn RemoteFactory>>,
+    /// The pool the policy was built on ([`PolicyBuilder::pool`]), kept across
+    /// reloads; `None`: its own, sized by `[state]`.
+    pub(crate) pool: Option<Pool>,
     pub(crate) reload: Mutex<ReloadStats>,
     pub(crate) reloading: Mutex<()>,
 }
@@ -108,6 +114,7 @@ impl std::fmt::Debug for Policy {
 #[derive(Default)]
 pub struct PolicyBuilder {
     remote: Option<Arc<dyn RemoteFactory>>,
+    pool: Option<Pool>,
 }
 
 impl PolicyBuilder {
@@ -122,6 +129,27 @@ impl PolicyBuilder {
     /// ```
     pub fn remote(mut self, factory: impl RemoteFactory + 'static) -> Self {
         self.remote = Some(Arc::new(factory));
+        self
+    }
+
+    /// Keeps the keyed rules' keys in `pool`, shared with whatever else uses it
+    /// (a server's domains), instead of a pool of the policy's own sized by its
+    /// `[state]` table (which is then ignored). Reloads keep it.
+    ///
+    /// ```
+    /// use sluicegate::keyed::Pool;
+    /// use sluicegate_policy::Policy;
+    /// let pool = Pool::with_memory(4 << 20)?;
+    /// let text = "[[rule]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = \"1/s\"\n";
+    /// let a = Policy::builder().pool(pool.clone()).from_toml(text)?;
+    /// let b = Policy::builder().pool(pool.clone()).from_toml(text)?;
+    /// assert_eq!(pool.limits(), 2); // one limit of each policy, in one pool
+    /// assert!(a.check_n_at(&[("ip", "1")], 1, 0).allowed());
+    /// assert!(b.check_n_at(&[("ip", "1")], 1, 0).allowed()); // its own state
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.pool = Some(pool);
         self
     }
 
@@ -163,11 +191,12 @@ impl PolicyBuilder {
     /// ```
     pub fn from_def(self, def: PolicyDef) -> Result<Policy, Error> {
         let file = def.source().to_owned();
-        let compiled = compile(def, None, self.remote.as_deref(), &file)?;
+        let compiled = compile(def, None, self.remote.as_deref(), self.pool.as_ref(), &file)?;
         Ok(Policy {
             current: ArcSwap::from_pointee(compiled),
             clock: DefaultClock::default(),
             remote: self.remote,
+            pool: self.pool,
             reload: Mutex::new(ReloadStats::default()),
             reloading: Mutex::new(()),
         })
@@ -201,9 +230,17 @@ pub(crate) fn compile(
     def: PolicyDef,
     old: Option<&Compiled>,
     remote: Option<&dyn RemoteFactory>,
+    given: Option<&Pool>,
     file: &str,
 ) -> Result<Compiled, Error> {
-    let plan = crate::reload::plan(&def, old, remote, file)?;
+    let pool = crate::state::choose(
+        &def,
+        old.and_then(|o| o.pool.as_ref()),
+        old.map(|o| &o.def),
+        given,
+        file,
+    )?;
+    let plan = crate::reload::plan(&def, old, remote, pool.as_ref(), file)?;
     let mut names: Vec<AttrName> = Vec::new();
     let mut index = |name: &AttrName| -> u16 {
         let i = names.iter().position(|n| n == name).unwrap_or_else(|| {
@@ -238,6 +275,7 @@ pub(crate) fn compile(
         def,
         rules,
         names: names.into(),
+        pool,
     })
 }
 

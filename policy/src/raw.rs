@@ -20,8 +20,15 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub defaults: RawDefaults,
     pub redis: Option<S<RawRedis>>,
+    pub state: Option<S<RawState>>,
     #[serde(default)]
     pub rule: Vec<S<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawState {
+    pub memory: S<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -115,6 +122,9 @@ impl RawFile {
                     lease_ttl_ms: r.lease_ttl_ms.map(|v| t.at(v, "redis.lease_ttl_ms")),
                 }
             }),
+            state_memory: self
+                .state
+                .map(|s| t.choice(s.into_inner().memory, "state.memory".into())),
             rules: self
                 .rule
                 .into_iter()

@@ -18,17 +18,20 @@
 //!
 //! Counters follow the rule's name.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use sluicegate::keyed::Pool;
+
 use crate::backend::{Limiter, RemoteFactory};
 use crate::def::{Backend, PolicyDef};
 use crate::diag::{Code, Diagnostic, Error, Severity};
 use crate::metrics::RuleMetrics;
-use crate::policy::{Compiled, Policy, compile, read};
+use crate::policy::{Compiled, Policy, Rule, compile, read};
 
 type Parts = (Arc<Limiter>, Arc<RuleMetrics>);
 
@@ -37,17 +40,33 @@ pub(crate) fn plan(
     def: &PolicyDef,
     old: Option<&Compiled>,
     remote: Option<&dyn RemoteFactory>,
+    pool: Option<&Pool>,
     file: &str,
 ) -> Result<Vec<Parts>, Error> {
-    let previous = |name: &str| old.and_then(|o| o.rules.iter().find(|r| r.def.name() == name));
+    let by_name: HashMap<&str, &Rule> = old
+        .map(|o| o.rules.iter().map(|r| (r.def.name(), r)).collect())
+        .unwrap_or_default();
+    // A rule whose keys live in the pool keeps its limiter only in the same pool.
+    let same_pool = match (old.and_then(|o| o.pool.as_ref()), pool) {
+        (Some(a), Some(b)) => a.same(b),
+        _ => false,
+    };
+    let previous = |name: &str| {
+        by_name
+            .get(name)
+            .copied()
+            .filter(|r| same_pool || !r.limiter.in_pool())
+    };
     let mut out = Vec::with_capacity(def.rules.len());
     // (limiter, spec to restore) for limits changed in place, undone on failure.
     let mut changed = Vec::new();
     let mut fail = None;
     let redis_changed = old.is_some_and(|o| o.def.redis() != def.redis());
     for rule in &def.rules {
+        let metrics = by_name
+            .get(rule.name())
+            .map_or_else(Arc::default, |p| p.metrics.clone());
         let prev = previous(rule.name());
-        let metrics = prev.map_or_else(Arc::default, |p| p.metrics.clone());
         // Counters follow the name; a Redis rule under a changed `[redis]` table
         // keeps nothing else.
         let prev = prev.filter(|_| rule.backend() == Backend::Local || !redis_changed);
@@ -69,7 +88,7 @@ pub(crate) fn plan(
                 continue;
             }
         }
-        match Limiter::build(rule, def.redis(), remote) {
+        match Limiter::build(rule, def.redis(), remote, pool) {
             Ok(l) => out.push((Arc::new(l), metrics)),
             Err(message) => {
                 fail = Some(Diagnostic {
@@ -195,8 +214,14 @@ impl Policy {
         let old = self.current.load_full();
         let warnings = def.warnings.clone();
         let file = def.source().to_owned();
-        let mut new =
-            compile(def, Some(&old), self.remote.as_deref(), &file).map_err(|e| self.failed(e))?;
+        let mut new = compile(
+            def,
+            Some(&old),
+            self.remote.as_deref(),
+            self.pool.as_ref(),
+            &file,
+        )
+        .map_err(|e| self.failed(e))?;
         let mut r = Reloaded {
             kept: 0,
             changed: 0,
@@ -204,8 +229,9 @@ impl Policy {
             removed: 0,
             warnings,
         };
+        let by_name: HashMap<&str, &Rule> = old.rules.iter().map(|o| (o.def.name(), o)).collect();
         for rule in new.rules.iter() {
-            match old.rules.iter().find(|o| o.def.name() == rule.def.name()) {
+            match by_name.get(rule.def.name()) {
                 Some(o)
                     if Arc::ptr_eq(&o.limiter, &rule.limiter) && o.def.same_limiter(&rule.def) =>
                 {
@@ -215,10 +241,11 @@ impl Policy {
                 _ => r.built += 1,
             }
         }
+        let names: HashSet<&str> = new.rules.iter().map(|n| n.def.name()).collect();
         r.removed = old
             .rules
             .iter()
-            .filter(|o| !new.rules.iter().any(|n| n.def.name() == o.def.name()))
+            .filter(|o| !names.contains(o.def.name()))
             .count();
         new.def.warnings = r.warnings.clone();
         self.current.store(Arc::new(new));

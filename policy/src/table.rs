@@ -1,23 +1,31 @@
-//! A keyed rule's limiters: core's [`AnyKeyed`] table, each key hashed once per
-//! check by the table's own secret-seeded hasher.
+//! A keyed rule's limiters: core's [`AnyKeyed`] in the policy's [`Pool`], each key
+//! hashed once per check by the pool's secret-seeded hasher.
 //!
-//! Memory is fixed when the rule is built (`capacity` keys, 16 bytes per key and
-//! limit, allocated fallibly). When the table is full of live entries, core's
-//! default [`sluicegate::keyed::FullPolicy::EvictStalest`] applies: the entry
-//! closest to fresh is replaced after its state is folded into the table's sketch,
-//! so a returning key resumes at least as limited as it left — bounded memory makes
-//! a rule early to limit, never late (DESIGN §10).
+//! Every keyed rule of a policy keeps its keys in one pool, sized by the
+//! policy's `[state] memory` (see [`crate::StateSettings`]): a rule costs the
+//! keys it holds, 16 bytes per key and limit, up to its `capacity` of live keys.
+//! When the pool is full of live entries, core's default
+//! [`sluicegate::keyed::FullPolicy::EvictStalest`] applies: the entry closest to
+//! fresh is replaced after its state is folded into its own rule's sketch cells, so
+//! a returning key resumes at least as limited as it left — bounded memory makes a
+//! rule early to limit, never late (DESIGN §10), whichever rule's keys flood.
 
 use std::hash::Hash;
 
-use sluicegate::keyed::AnyKeyed;
+use sluicegate::keyed::{AnyKeyed, Pool};
 use sluicegate::{InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
 
 pub(crate) struct KeyedTable(AnyKeyed<()>);
 
 impl KeyedTable {
-    pub(crate) fn new(spec: &Spec, capacity: usize) -> Result<Self, SpecError> {
-        AnyKeyed::with_clock(spec, capacity, ()).map(KeyedTable)
+    /// The rule's limiter in `pool`, holding at most `capacity` live keys.
+    pub(crate) fn new(pool: &Pool, spec: &Spec, capacity: usize) -> Result<Self, SpecError> {
+        AnyKeyed::in_pool(pool, spec, capacity, ()).map(KeyedTable)
+    }
+
+    /// The ids of its limits in the pool (where [`Pool::live_keys_at`] counts).
+    pub(crate) fn pool_ids(&self) -> Vec<u16> {
+        self.0.pool_ids()
     }
 
     /// Checks (`consume`, writing `receipt`) or peeks at `n` units for `key`,
@@ -48,11 +56,6 @@ impl KeyedTable {
         self.0.set_spec(spec)
     }
 
-    /// Keys holding state (not back to full) at `now`.
-    pub(crate) fn len_at(&self, now: u64) -> usize {
-        self.0.len_at(now)
-    }
-
     /// Live entries replaced to make room for new keys.
     pub(crate) fn evictions(&self) -> u64 {
         self.0.stats().evicted
@@ -72,7 +75,8 @@ mod tests {
     #[test]
     fn bounded_and_never_late() {
         let spec = Spec::parse(Kind::FixedWindow, "1/minute").unwrap();
-        let t = KeyedTable::new(&spec, 8).unwrap();
+        let pool = Pool::with_memory(2 * 128 + 1024).unwrap(); // 16 slots and the sketch
+        let t = KeyedTable::new(&pool, &spec, 1000).unwrap();
         // Far more keys than slots, each twice: no key is ever admitted twice in
         // its window, whatever the table evicted to make room.
         let mut r = Receipt::empty();
@@ -82,7 +86,7 @@ mod tests {
                 assert!(!(round == 1 && allowed), "key {k} admitted twice");
             }
         }
-        assert!(t.len_at(1) <= 16);
+        assert!(pool.live_keys_at(1).iter().sum::<usize>() <= 16);
         assert!(t.evictions() + t.rejected() > 0);
         // A peek charges nothing.
         let fresh = 10_000;

@@ -16,6 +16,7 @@ use crate::builder::Choice;
 use crate::cond::{Cidr, Cond, Value};
 use crate::def::{
     Backend, DEFAULT_CAPACITY, DEFAULT_KIND, Mode, OnError, PolicyDef, RedisSettings, RuleDef,
+    StateSettings,
 };
 use crate::diag::{Code, Diagnostic, Error, Lines, Severity};
 use crate::input::{At, FileIn, Loc, RedisIn, RuleIn};
@@ -154,6 +155,18 @@ fn validate(f: FileIn, file: &str, lines: Option<Lines<'_>>) -> Result<PolicyDef
         None => 64,
     };
     let redis = f.redis.as_ref().and_then(|r| redis(&mut cx, r));
+    let mut state = StateSettings::default();
+    if let Some(m) = &f.state_memory {
+        // A number of bytes is checked as the file's bytes are.
+        let parsed = match &m.v {
+            Choice::Name(text) => StateSettings::parse_memory(text),
+            Choice::Value(bytes) => StateSettings::parse_memory(&bytes.to_string()),
+        };
+        match parsed {
+            Ok(bytes) => state.memory = bytes,
+            Err(e) => cx.err(Code::BadValue, m, e),
+        }
+    }
     let defaults = Defaults {
         kind,
         kind_at: d.algorithm.as_ref().map(|a| a.loc.clone()),
@@ -204,6 +217,7 @@ fn validate(f: FileIn, file: &str, lines: Option<Lines<'_>>) -> Result<PolicyDef
     Ok(PolicyDef {
         rules,
         redis,
+        state,
         ipv6_prefix,
         warnings: cx.out,
         file: file.to_owned(),

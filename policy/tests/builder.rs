@@ -237,6 +237,8 @@ fn a_file_round_trips_through_its_builder() {
     let text = r#"
 [defaults]
 ipv6_prefix = 56
+[state]
+memory = "3 MiB"
 [redis]
 url = "redis://h"
 prefix = "p:"
@@ -265,7 +267,8 @@ max_delay_ms = 300
     let again = def.to_builder().build().unwrap();
     assert_eq!(again.source(), "f.toml");
     assert_eq!(again.redis(), def.redis());
-    assert_eq!(again.ipv6_prefix(), 56);
+    assert_eq!((again.ipv6_prefix(), again.state()), (56, def.state()));
+    assert_eq!(def.state().memory, 3 << 20);
     for (a, b) in def.rules().iter().zip(again.rules()) {
         assert_eq!(a.to_builder(), b.to_builder());
         assert_eq!(a.spec(), b.spec());

@@ -173,9 +173,9 @@ impl PyPolicy {
         Self::from_def(py, def)
     }
 
-    /// A policy from `Rule` objects (in order), with `defaults` and `redis` as
-    /// dicts of the rule file's `[defaults]` and `[redis]` fields; validated as a
-    /// file is (a `ValueError` naming the rule and field).
+    /// A policy from `Rule` objects (in order), with `defaults`, `redis` and
+    /// `state` as dicts of the rule file's `[defaults]`, `[redis]` and `[state]`
+    /// fields; validated as a file is (a `ValueError` naming the rule and field).
     #[staticmethod]
     #[pyo3(signature = (rules, *, defaults = None, redis = None, state = None))]
     fn from_rules(
@@ -183,7 +183,7 @@ impl PyPolicy {
         rules: &Bound<'_, PyAny>,
         defaults: Option<&Bound<'_, PyDict>>,
         redis: Option<&Bound<'_, PyDict>>,
-        state: Option<&Bound<'_, PyAny>>,
+        state: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let def = crate::rules::policy_def(rules, defaults, redis, state)?;
         Self::from_def(py, def)

@@ -1,5 +1,6 @@
 //! `Rule` and `Policy.from_rules`: a policy from values, every field of a rule
-//! file's `[[rule]]`, `[defaults]` and `[redis]` tables as a keyword or dict key.
+//! file's `[[rule]]`, `[defaults]`, `[redis]` and `[state]` tables as a keyword or
+//! dict key.
 //! The values go to `sluicegate-policy`'s builders and through the rule file's own
 //! validator, so they are accepted or rejected as in a file, with the same
 //! `ValueError` message naming the rule and field instead of a line.
@@ -219,14 +220,19 @@ pub(crate) fn policy_def(
     rules: &Bound<'_, PyAny>,
     defaults_: Option<&Bound<'_, PyDict>>,
     redis_: Option<&Bound<'_, PyDict>>,
-    state: Option<&Bound<'_, PyAny>>,
+    state: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PolicyDef> {
-    if state.is_some_and(|s| !s.is_none()) {
-        return Err(PyValueError::new_err(
-            "state: this version has no [state] table; pass state=None",
-        ));
-    }
     let mut b = PolicyDef::builder();
+    if let Some(s) = state {
+        for (_, memory) in fields(s, "state", &["memory"])? {
+            b = match memory.cast::<PyString>() {
+                Ok(text) => b.state_memory(text.to_string()),
+                Err(_) => b.state_memory(
+                    usize::try_from(whole(&memory, "state[\"memory\"]")?).unwrap_or(usize::MAX),
+                ),
+            };
+        }
+    }
     for r in rules.try_iter()? {
         let r = r?;
         let rule = r

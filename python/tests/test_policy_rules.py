@@ -90,8 +90,15 @@ def test_defaults_and_redis_are_checked() -> None:
         Policy.from_rules([], redis={"url": "http://h"})
     with pytest.raises(ValueError, match="redis: missing field `url`"):
         Policy.from_rules([], redis={"prefix": "p:"})  # type: ignore[typeddict-item]
-    with pytest.raises(ValueError, match="no \\[state\\] table"):
-        Policy.from_rules([], state={"memory": "64 MiB"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="field `state.memory`: `64 parsecs` is not a memory size"):
+        Policy.from_rules([], state={"memory": "64 parsecs"})
+    with pytest.raises(ValueError, match="field `state.memory`: `1024`: the memory must be 64 KiB to 1 TiB"):
+        Policy.from_rules([], state={"memory": 1024})
+    with pytest.raises(ValueError, match="state: unknown field `size`"):
+        Policy.from_rules([], state={"size": "1 MiB"})  # type: ignore[typeddict-unknown-key]
+    keyed = [Rule("k", key=["ip"], limit="1/s", capacity=100)]
+    assert Policy.from_rules(keyed, state={"memory": "1 MiB"}).check(ip="a")
+    assert Policy.from_rules(keyed, state={"memory": 1 << 20}).check(ip="a")
     with pytest.raises(ValueError, match="rule `a`, field `name`: a rule with this name is already defined"):
         Policy.from_rules([Rule("a", limit="1/s"), Rule("a", limit="2/s")])
     p = Policy.from_rules([Rule("a", limit="1/s", algorithm="fixed_window")], defaults={"ipv6_prefix": 48})

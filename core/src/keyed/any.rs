@@ -6,8 +6,10 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
-use super::engine::{BuildKeyed, Engine};
-use super::{DefaultHashBuilder, FullPolicy, KeyedStats, random_hasher};
+use alloc::vec::Vec;
+
+use super::engine::{BuildKeyed, Engine, Home};
+use super::{DefaultHashBuilder, FullPolicy, KeyedStats, Pool, random_hasher};
 use crate::any::Outcome;
 use crate::clock::Clock;
 use crate::error::InsufficientCapacity;
@@ -79,17 +81,65 @@ impl<C> AnyKeyed<C> {
             return Err(spec.unsupported("keyed limiting"));
         }
         let hasher = random_hasher();
-        let engine = spec.kind().dispatch(BuildKeyed {
-            spec,
+        let home = Home::Own {
             capacity,
             hasher: &hasher,
-        })?;
+        };
+        let engine = spec.kind().dispatch(BuildKeyed { spec, home })?;
         Ok(Self {
             engine,
             hasher,
             spec: Mutex::new(*spec),
             clock,
         })
+    }
+
+    /// A keyed limiter whose keys live in `pool`, beside other limits' (see
+    /// [`Pool`]): no memory of its own but its limits' registry entries. It holds
+    /// at most `max_keys` live keys per limit (a key flood of this limiter takes
+    /// no more of the pool); [`Self::capacity`] is that bound.
+    ///
+    /// ```
+    /// use sluicegate::keyed::{AnyKeyed, Pool};
+    /// use sluicegate::{Kind, Spec, SpecError};
+    /// let pool = Pool::with_memory(1 << 20)?;
+    /// let spec = Spec::parse(Kind::SlidingWindow, "2/s; 5/min")?;
+    /// let t = AnyKeyed::in_pool(&pool, &spec, 1000, ())?;
+    /// assert!(t.check_n_at(&"k", 2, 0)?.decision.allowed);
+    /// assert!(!t.check_n_at(&"k", 1, 0)?.decision.allowed);
+    /// assert_eq!(t.capacity(), 1000);
+    /// let log = Spec::parse(Kind::SlidingLog, "5/s")?;
+    /// assert!(matches!(AnyKeyed::in_pool(&pool, &log, 10, ()), Err(SpecError::Unsupported { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_pool(pool: &Pool, spec: &Spec, max_keys: usize, clock: C) -> Result<Self, SpecError> {
+        if !spec.kind().caps().keyed {
+            return Err(spec.unsupported("keyed limiting"));
+        }
+        let home = Home::Pool { pool, max_keys };
+        let engine = spec.kind().dispatch(BuildKeyed { spec, home })?;
+        Ok(Self {
+            engine,
+            hasher: pool.hasher().clone(),
+            spec: Mutex::new(*spec),
+            clock,
+        })
+    }
+
+    /// The ids of this limiter's limits in its pool (one per quota; empty for a
+    /// limiter with tables of its own): where [`Pool::live_keys_at`] counts them.
+    ///
+    /// ```
+    /// use sluicegate::keyed::{AnyKeyed, Pool};
+    /// use sluicegate::{Kind, Spec};
+    /// let pool = Pool::with_memory(1 << 20)?;
+    /// let spec = Spec::parse(Kind::TokenBucket, "1/s")?;
+    /// assert_eq!(AnyKeyed::in_pool(&pool, &spec, 10, ())?.pool_ids().len(), 1);
+    /// assert!(AnyKeyed::with_clock(&spec, 10, ())?.pool_ids().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pool_ids(&self) -> Vec<u16> {
+        self.engine.pool_ids()
     }
 
     /// Sets the full-table policy of every table.

@@ -2,14 +2,19 @@
 //! construction from a spec's kind (a [`Dispatch`], like every per-kind build).
 
 use alloc::boxed::Box;
+use alloc::vec::Vec;
 use core::fmt;
+use core::marker::PhantomData;
 
+use super::pool::{Member, Pool};
+use super::table::{self, Space};
 use super::{DefaultHashBuilder, FullPolicy, Group, Keyed, KeyedStats};
 use crate::any::Outcome;
 use crate::compound::merge;
 use crate::error::{ConfigError, InsufficientCapacity};
 use crate::kind::Dispatch;
-use crate::limiter::Algorithm;
+use crate::limiter::{Algorithm, PARAM_WORDS};
+use crate::quota::Quota;
 use crate::shaper::{ShaperParams, Shaping};
 use crate::spec::{Spec, SpecError};
 
@@ -95,15 +100,87 @@ pub(super) trait Engine: Send + Sync + fmt::Debug {
     fn len_at(&self, now: u64) -> usize;
     fn capacity(&self) -> usize;
     fn clear(&self);
+    /// The ids of its limits in a pool (empty for tables of its own).
+    fn pool_ids(&self) -> Vec<u16>;
 }
 
-#[derive(Debug)]
-struct Tables<A>(Box<[Table<A>]>);
+/// One limit's table: a [`Keyed`] of its own or a member of a [`Pool`], each a
+/// [`Space`] the one check path runs over.
+pub(super) trait Limit<A: Algorithm>: Space<A> + Send + Sync + fmt::Debug {
+    fn set_quota(&self, q: &Quota) -> Result<(), ConfigError>;
+    fn set_policy(&mut self, policy: FullPolicy);
+    fn stats(&self) -> KeyedStats;
+    fn len_at(&self, now: u64) -> usize;
+    fn capacity(&self) -> usize;
+    fn clear(&self);
+    /// Its id in a pool.
+    fn pool_id(&self) -> Option<u16>;
+}
 
-impl<A: Algorithm + fmt::Debug + 'static> Engine for Tables<A>
+impl<A: Algorithm + fmt::Debug> Limit<A> for Table<A>
 where
     Table<A>: Send + Sync,
 {
+    fn set_quota(&self, q: &Quota) -> Result<(), ConfigError> {
+        Keyed::set_quota(self, q)
+    }
+    fn set_policy(&mut self, policy: FullPolicy) {
+        self.policy = policy;
+    }
+    fn stats(&self) -> KeyedStats {
+        Keyed::stats(self)
+    }
+    fn len_at(&self, now: u64) -> usize {
+        Keyed::len_at(self, now)
+    }
+    fn capacity(&self) -> usize {
+        Keyed::capacity(self)
+    }
+    fn clear(&self) {
+        Keyed::clear(self);
+    }
+    fn pool_id(&self) -> Option<u16> {
+        None
+    }
+}
+
+impl<A: Algorithm + fmt::Debug> Limit<A> for Member<A>
+where
+    Member<A>: Send + Sync,
+{
+    fn set_quota(&self, q: &Quota) -> Result<(), ConfigError> {
+        match self.config() {
+            Some(c) => c.update(|w| {
+                let old = A::from_words(w);
+                A::reparams(&old, q).map(|p| A::to_words(&p))
+            }),
+            None => Err(ConfigError::Immutable { field: "pool" }),
+        }
+    }
+    fn set_policy(&mut self, policy: FullPolicy) {
+        self.policy = policy;
+    }
+    fn stats(&self) -> KeyedStats {
+        Member::stats(self)
+    }
+    fn len_at(&self, now: u64) -> usize {
+        Member::len_at(self, now)
+    }
+    fn capacity(&self) -> usize {
+        self.bound()
+    }
+    fn clear(&self) {
+        Member::clear(self);
+    }
+    fn pool_id(&self) -> Option<u16> {
+        Some(self.id())
+    }
+}
+
+#[derive(Debug)]
+struct Tables<A, T>(Box<[T]>, PhantomData<fn() -> A>);
+
+impl<A: Algorithm + fmt::Debug + 'static, T: Limit<A> + 'static> Engine for Tables<A, T> {
     fn run(
         &self,
         h: u64,
@@ -118,7 +195,7 @@ where
 
     fn give_back(&self, h: u64, n: u64, taken: &[(u64, u64)], now: u64) {
         for (t, &back) in self.0.iter().zip(taken) {
-            t.give_back(h, n, back, || now);
+            table::give_back(t, h, n, back, || now);
         }
     }
 
@@ -136,14 +213,14 @@ where
 
     fn set_policy(&mut self, policy: FullPolicy) {
         for t in self.0.iter_mut() {
-            t.policy = policy;
+            t.set_policy(policy);
         }
     }
 
     fn stats(&self) -> KeyedStats {
         self.0
             .iter()
-            .map(Keyed::stats)
+            .map(Limit::stats)
             .fold(KeyedStats::default(), |a, s| KeyedStats {
                 inserted: a.inserted.wrapping_add(s.inserted),
                 reused: a.reused.wrapping_add(s.reused),
@@ -158,7 +235,7 @@ where
     }
 
     fn capacity(&self) -> usize {
-        self.0.first().map_or(0, Keyed::capacity)
+        self.0.first().map_or(0, Limit::capacity)
     }
 
     fn clear(&self) {
@@ -166,9 +243,13 @@ where
             t.clear();
         }
     }
+
+    fn pool_ids(&self) -> Vec<u16> {
+        self.0.iter().filter_map(Limit::pool_id).collect()
+    }
 }
 
-impl<A: Algorithm> Tables<A> {
+impl<A: Algorithm, T: Limit<A>> Tables<A, T> {
     /// [`Engine::run`]'s decision, before it is put into words.
     #[inline(always)]
     fn decide(
@@ -180,7 +261,7 @@ impl<A: Algorithm> Tables<A> {
         taken: Option<&mut Taken>,
     ) -> Result<(Outcome, usize), InsufficientCapacity> {
         if let [one] = &*self.0 {
-            let (step, prev) = one.run_with(h, n, now, consume)?;
+            let (step, prev) = table::run_with(one, h, n, now, consume)?;
             let admitted = consume && step.decision.allowed;
             let mut len = 0;
             match (taken, step.next) {
@@ -200,7 +281,7 @@ impl<A: Algorithm> Tables<A> {
         let (refund_now, now) = (now, now());
         let mut combined = None;
         for t in self.0.iter() {
-            let (step, _) = t.run(h, n, now, false)?;
+            let (step, _) = table::run_with(t, h, n, || now, false)?;
             combined = Some(merge(combined, &step.decision));
         }
         let Some(peeked) = combined else {
@@ -216,14 +297,14 @@ impl<A: Algorithm> Tables<A> {
         };
         let mut combined = None;
         for (i, t) in self.0.iter().enumerate() {
-            match t.run(h, n, now, true) {
+            match table::run_with(t, h, n, || now, true) {
                 Ok((step, prev)) if step.decision.allowed => {
                     record[i] = (prev, step.next.unwrap_or(prev));
                     combined = Some(merge(combined, &step.decision));
                 }
                 other => {
                     for (earlier, &back) in self.0[..i].iter().zip(&record[..i]) {
-                        earlier.give_back(h, n, back, refund_now);
+                        table::give_back(earlier, h, n, back, refund_now);
                     }
                     let (step, _) = other?;
                     return Ok((Outcome::plain(merge(combined, &step.decision)), 0));
@@ -235,44 +316,85 @@ impl<A: Algorithm> Tables<A> {
     }
 }
 
+/// Where a keyed spec's tables live.
+pub(super) enum Home<'a> {
+    /// Tables of their own, of `capacity` keys each.
+    Own {
+        capacity: usize,
+        hasher: &'a DefaultHashBuilder,
+    },
+    /// Members of a pool, each holding at most `max_keys` live keys.
+    Pool { pool: &'a Pool, max_keys: usize },
+}
+
 /// Builds the tables of a spec whose kind is keyed (see `Kind::dispatch`).
 pub(super) struct BuildKeyed<'a> {
     pub spec: &'a Spec,
-    pub capacity: usize,
-    pub hasher: &'a DefaultHashBuilder,
+    pub home: Home<'a>,
+}
+
+impl BuildKeyed<'_> {
+    /// One table per limit, from each limit's parameters.
+    fn tables<A: Algorithm + fmt::Debug + Send + Sync + 'static>(
+        self,
+        params: impl Fn(&Quota) -> Result<A::Params, ConfigError>,
+    ) -> Result<Box<dyn Engine>, SpecError> {
+        let quotas = self.spec.quotas();
+        let mut words = [[0; PARAM_WORDS]; Spec::MAX_LIMITS];
+        for (index, (q, w)) in quotas.iter().zip(words.iter_mut()).enumerate() {
+            *w = A::to_words(&params(q).map_err(|error| spec_error(index, error))?);
+        }
+        let words = &words[..quotas.len()];
+        match self.home {
+            Home::Own { capacity, hasher } => {
+                let tables = try_vec(words, |index, w| {
+                    Table::<A>::with_capacity_and_hasher(
+                        quotas[index],
+                        capacity,
+                        hasher.clone(),
+                        (),
+                    )
+                    .map(|t| t.with_words(*w))
+                    .map_err(|error| spec_error(index, error))
+                })?;
+                Ok(Box::new(Tables::<A, _>(tables, PhantomData)))
+            }
+            Home::Pool { pool, max_keys } => {
+                let kind = self.spec.kind();
+                let members = try_vec(words, |_, w| pool.register::<A>(kind, *w, max_keys))?;
+                Ok(Box::new(Tables::<A, _>(members, PhantomData)))
+            }
+        }
+    }
+}
+
+/// `make` of each of `words`, in a boxed slice allocated fallibly.
+fn try_vec<T>(
+    words: &[[u64; PARAM_WORDS]],
+    make: impl Fn(usize, &[u64; PARAM_WORDS]) -> Result<T, SpecError>,
+) -> Result<Box<[T]>, SpecError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(words.len())
+        .map_err(|_| SpecError::Alloc {
+            bytes: words.len().saturating_mul(core::mem::size_of::<T>()),
+        })?;
+    for (index, w) in words.iter().enumerate() {
+        v.push(make(index, w)?);
+    }
+    Ok(v.into_boxed_slice())
 }
 
 impl Dispatch for BuildKeyed<'_> {
     type Output = Result<Box<dyn Engine>, SpecError>;
 
-    /// One table per limit.
     fn word<A: Algorithm + fmt::Debug + Send + Sync + 'static>(self) -> Self::Output {
-        let quotas = self.spec.quotas();
-        let mut v = alloc::vec::Vec::new();
-        v.try_reserve_exact(quotas.len())
-            .map_err(|_| SpecError::Alloc {
-                bytes: quotas
-                    .len()
-                    .saturating_mul(core::mem::size_of::<Table<A>>()),
-            })?;
-        for (index, q) in quotas.iter().enumerate() {
-            let t =
-                Table::<A>::with_capacity_and_hasher(*q, self.capacity, self.hasher.clone(), ())
-                    .map_err(|error| spec_error(index, error))?;
-            v.push(t);
-        }
-        Ok(Box::new(Tables(v.into_boxed_slice())))
+        self.tables::<A>(A::params)
     }
 
     /// One limit, with its max delay.
     fn shaper(self) -> Self::Output {
-        let q = self.spec.quotas()[0];
-        ShaperParams::new(&q, self.spec.max_delay_ns()).map_err(|error| spec_error(0, error))?;
-        let t =
-            Table::<Shaping>::with_capacity_and_hasher(q, self.capacity, self.hasher.clone(), ())
-                .map_err(|error| spec_error(0, error))?
-                .with_max_delay(self.spec.max_delay_ns());
-        Ok(Box::new(Tables(Box::new([t]))))
+        let max_delay_ns = self.spec.max_delay_ns();
+        self.tables::<Shaping>(|q| ShaperParams::new(q, max_delay_ns))
     }
 
     /// The log's state is not one word: no keyed form (`Caps::keyed` says so).

@@ -91,6 +91,8 @@ mod any;
 mod check;
 #[cfg(feature = "std")]
 mod engine;
+#[cfg(feature = "std")]
+mod pool;
 mod sketch;
 mod slot;
 mod stats;
@@ -108,6 +110,8 @@ use crate::quota::Quota;
 
 #[cfg(feature = "std")]
 pub use any::{AnyKeyed, KeyHash};
+#[cfg(feature = "std")]
+pub use pool::Pool;
 use sketch::Cells;
 pub use slot::{GROUP_SLOTS, Group, Slot};
 use slot::{fp_of, state_of};
@@ -216,7 +220,7 @@ impl<A: Algorithm, C, H: BuildHasher> Keyed<A, C, Box<[Group]>, H> {
         let groups = capacity.div_ceil(GROUP_SLOTS);
         let slots = groups.saturating_mul(GROUP_SLOTS);
         let groups = try_boxed(groups, Group::new)?;
-        let cells = try_boxed(sketch::cells_for(slots), || crate::sync::AtomicU64::new(0))?;
+        let cells = try_boxed(sketch::cells_for(slots), Slot::empty)?;
         let mut t = Self::with_storage(quota, groups, hasher, clock)?;
         t.sketch = Cells::Owned(cells);
         Ok(t)
@@ -266,6 +270,13 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
             stats: Stats::new(),
             _algorithm: PhantomData,
         })
+    }
+
+    /// The same table with parameter words `w` (a shaper's max delay).
+    #[cfg(feature = "std")]
+    pub(super) fn with_words(self, w: [u64; crate::limiter::PARAM_WORDS]) -> Self {
+        let _ = self.config.update(|_| Ok::<_, ()>(w));
+        self
     }
 
     /// Sets the full-table policy.

@@ -17,27 +17,34 @@
 //!   them. With `e` live evictions folded into `m` cells, a new key meets that
 //!   with probability about `(1 − e^(−3e/m))³`.
 //!
-//! A cell is a plain `AtomicU64`; folding is a compare-and-swap loop per cell,
-//! and a cell whose word has gone fresh is simply overwritten (every state folded
-//! into it has gone fresh with it).
+//! A cell is a [`Slot`]: a state word tagged with its **owner** (in a table of
+//! its own, the table; in a [`super::Pool`], the limit whose keys were folded into
+//! it), so limits of different algorithms or quotas can share one array of cells
+//! without ever joining each other's words. Folding is a compare-and-swap loop
+//! per cell; a cell whose word has gone fresh is simply overwritten (every state
+//! folded into it has gone fresh with it). A cell of another owner is taken only
+//! when that owner's state in it carries no information (fresh, or the owner is
+//! gone); a live one makes the fold fail, and the caller does not evict. So a
+//! cell that does not carry a key's owner tells the key nothing: its folded state,
+//! if any, had gone fresh before the cell changed hands.
 
 #[cfg(feature = "alloc")]
 use alloc::boxed::Box;
 
+use super::slot::{Slot, claimed, fp_of, state_of};
 use crate::limiter::Algorithm;
-use crate::sync::{AtomicU64, order};
 
 /// Cells per evicted key.
 pub(super) const HASHES: usize = 3;
 #[cfg(feature = "alloc")]
 /// Slots per cell, at least (the count is rounded down to a power of two, between
-/// [`MIN_CELLS`] and [`MAX_CELLS`]): at most a quarter byte per slot.
+/// [`MIN_CELLS`] and [`MAX_CELLS`]): at most half a byte per slot.
 const SLOTS_PER_CELL: usize = 32;
 #[cfg(feature = "alloc")]
-/// The fewest cells of a table (512 bytes).
+/// The fewest cells of a table (1 KiB).
 pub(super) const MIN_CELLS: usize = 64;
 #[cfg(feature = "alloc")]
-/// The most cells of a table (256 KiB).
+/// The most cells of a table (512 KiB).
 pub(super) const MAX_CELLS: usize = 1 << 15;
 
 #[cfg(feature = "alloc")]
@@ -56,13 +63,13 @@ pub(super) fn cells_for(slots: usize) -> usize {
 #[derive(Debug)]
 pub(super) enum Cells {
     #[cfg(feature = "alloc")]
-    Owned(Box<[AtomicU64]>),
+    Owned(Box<[Slot]>),
     None,
 }
 
 impl Cells {
     #[inline]
-    pub(super) fn get(&self) -> &[AtomicU64] {
+    pub(super) fn get(&self) -> &[Slot] {
         match self {
             #[cfg(feature = "alloc")]
             Cells::Owned(c) => c,
@@ -72,7 +79,7 @@ impl Cells {
 
     /// The cells of fingerprint `fp`: multiply-shift of three independent mixes.
     #[inline]
-    fn of(&self, fp: u64) -> Option<[&AtomicU64; HASHES]> {
+    fn of(&self, fp: u64) -> Option<[&Slot; HASHES]> {
         let cells = self.get();
         if cells.is_empty() {
             return None;
@@ -90,47 +97,62 @@ impl Cells {
         ])
     }
 
-    /// Folds the live state `word` of the key `fp` into its cells. `false`: the
-    /// algorithm cannot join states (the caller must not evict) or the table has
-    /// no cells.
-    pub(super) fn fold<A: Algorithm>(&self, p: &A::Params, fp: u64, word: u64, now: u64) -> bool {
+    /// Folds the live state `word` of the key `fp`, owned by `owner`, into its
+    /// cells. A cell of another owner is taken only if `foreign_fresh` says its
+    /// word carries no information. `false`: the algorithm cannot join states, the
+    /// table has no cells, or a cell holds another owner's live state — the caller
+    /// must not evict (cells already folded stay more restrictive for `owner`'s
+    /// keys, never less).
+    pub(super) fn fold<A: Algorithm>(
+        &self,
+        p: &A::Params,
+        owner: u64,
+        fp: u64,
+        word: u64,
+        now: u64,
+        foreign_fresh: impl Fn(u128) -> bool,
+    ) -> bool {
         let Some(cells) = self.of(fp) else {
             return false;
         };
         for cell in cells {
-            let mut cur = cell.load(order::LOAD);
+            let mut cur = cell.load();
             loop {
-                let joined = if A::is_fresh(p, cur, now) {
+                let joined = if fp_of(cur) == 0 || (fp_of(cur) != owner && foreign_fresh(cur)) {
+                    word
+                } else if fp_of(cur) != owner {
+                    return false;
+                } else if A::is_fresh(p, state_of(cur), now) {
                     word
                 } else {
-                    match A::join(p, cur, word, now) {
+                    match A::join(p, state_of(cur), word, now) {
                         Some(j) => j,
                         None => return false,
                     }
                 };
-                if joined == cur {
+                let next = claimed(cur, owner, joined);
+                if next == cur || cell.cas(cur, next) {
                     break;
                 }
-                match cell.compare_exchange_weak(cur, joined, order::CAS_OK, order::CAS_ERR) {
-                    Ok(_) => break,
-                    Err(actual) => cur = actual,
-                }
+                cur = cell.load();
             }
         }
         true
     }
 
-    /// The state a key `fp` that is not in the table starts from at `now`: fresh
-    /// (`0`) if one of its cells is, else the cell that leaves the most room.
+    /// The state a key `fp` of `owner` that is not in the table starts from at
+    /// `now`: fresh (`0`) if one of its cells is fresh or is not `owner`'s, else
+    /// the cell that leaves the most room.
     #[inline]
-    pub(super) fn start<A: Algorithm>(&self, p: &A::Params, fp: u64, now: u64) -> u64 {
+    pub(super) fn start<A: Algorithm>(&self, p: &A::Params, owner: u64, fp: u64, now: u64) -> u64 {
         let Some(cells) = self.of(fp) else {
             return 0;
         };
         let mut best: Option<(u64, (u64, u64))> = None;
         for cell in cells {
-            let w = cell.load(order::LOAD);
-            if A::is_fresh(p, w, now) {
+            let v = cell.load();
+            let w = state_of(v);
+            if fp_of(v) != owner || A::is_fresh(p, w, now) {
                 return 0;
             }
             let d = A::decide(p, w, now, 0).decision;
@@ -143,10 +165,18 @@ impl Cells {
         best.map_or(0, |(w, _)| w)
     }
 
+    /// Forgets the evicted keys of every owner `gone` selects.
+    pub(super) fn clear_where(&self, gone: impl Fn(u64) -> bool) {
+        for c in self.get() {
+            let mut v = c.load();
+            while fp_of(v) != 0 && gone(fp_of(v)) && !c.cas(v, 0) {
+                v = c.load();
+            }
+        }
+    }
+
     /// Forgets every evicted key.
     pub(super) fn clear(&self) {
-        for c in self.get() {
-            c.store(0, order::STORE);
-        }
+        self.clear_where(|_| true);
     }
 }

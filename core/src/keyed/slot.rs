@@ -45,6 +45,11 @@ pub(super) fn claimed(v: u128, fp: u64, state: u64) -> u128 {
 pub struct Slot(AtomicU128);
 
 impl Slot {
+    /// An empty slot (a sketch cell's initial value).
+    #[cfg(feature = "alloc")]
+    pub(super) fn empty() -> Self {
+        Slot(AtomicU128::new(0))
+    }
     #[inline]
     pub(super) fn load(&self) -> u128 {
         self.0.load(order::LOAD)
@@ -145,9 +150,15 @@ impl Group {
 
     /// Empties every slot, keeping a lock bit a concurrent placement may hold.
     pub(super) fn clear(&self) {
+        self.clear_where(|_| true);
+    }
+
+    /// Empties every slot whose value `pick` selects, keeping a lock bit a
+    /// concurrent placement may hold.
+    pub(super) fn clear_where(&self, pick: impl Fn(u128) -> bool) {
         for s in self.slots() {
             let mut v = s.load();
-            while !s.cas(v, v & LOCK) {
+            while v & !LOCK != 0 && pick(v) && !s.cas(v, v & LOCK) {
                 v = s.load();
             }
         }

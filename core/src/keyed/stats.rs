@@ -83,17 +83,25 @@ pub(super) enum Event {
 }
 
 /// The counters, striped by home group so that placements in different groups
-/// do not contend on one line.
+/// do not contend on one line (`N` stripes: a pool's many limits keep one each).
 #[derive(Debug)]
-pub(super) struct Stats([CachePadded<StatCells>; STAT_STRIPES]);
+pub(super) struct Stats<const N: usize = STAT_STRIPES>([CachePadded<StatCells>; N]);
 
-impl Stats {
+impl<const N: usize> Stats<N> {
     pub(super) fn new() -> Self {
         Self(core::array::from_fn(|_| CachePadded::new(StatCells::new())))
     }
 
     pub(super) fn count(&self, group: usize, e: Event) {
-        self.0[group % STAT_STRIPES].0[e as usize].fetch_add(1, order::STAT);
+        self.0[group % N].0[e as usize].fetch_add(1, order::STAT);
+    }
+
+    /// Zeroes every counter (a pool's id taken by a new limit).
+    #[cfg(feature = "std")]
+    pub(super) fn reset(&self) {
+        for c in self.0.iter().flat_map(|s| s.0.iter()) {
+            c.store(0, order::STAT);
+        }
     }
 
     pub(super) fn snapshot(&self) -> KeyedStats {

@@ -436,6 +436,9 @@ class _Defaults(TypedDict, total=False):
 class _RedisRequired(TypedDict):
     url: str
 
+class _State(TypedDict):
+    memory: str | int
+
 class _Redis(_RedisRequired, total=False):
     prefix: str
     lease_horizon_ms: int
@@ -453,7 +456,7 @@ class Policy:
         *,
         defaults: _Defaults | None = None,
         redis: _Redis | None = None,
-        state: None = None,
+        state: _State | None = None,
     ) -> Policy: ...
     def check(
         self,
