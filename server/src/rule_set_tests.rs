@@ -167,13 +167,16 @@ fn a_full_table_evicts_into_the_sketch_and_never_over_admits() {
     for v in &values {
         assert_eq!(oks(&rs, &[v], 1, 0), [false], "{v:?} got its limit back");
     }
-    // ... and the table made room by evicting (the default), not by turning
-    // new values away.
+    // ... and the table made room by evicting (the default). In the domain's
+    // shared pool a limit at its bound of live keys takes a slot only among the
+    // ones it holds, so a new value whose candidate slots hold none of them is
+    // turned away (`rejected`: early to limit, never late); most are placed.
     let ip = rs.yaml_rule("d", "d.ip").unwrap();
     let rows = rs.metric_rows(0);
     let counts = rows.iter().find(|r| r.0 == "d.ip").unwrap().3;
-    assert!(counts.evicted > 0, "{counts:?}");
-    assert_eq!((counts.rejected, counts.backend_errors), (0, 0));
+    assert!(counts.evicted > counts.rejected, "{counts:?}");
+    assert!(counts.rejected < 20, "{counts:?}");
+    assert_eq!(counts.backend_errors, 0);
     assert_eq!(
         ip.metrics().count(HitResult::Denied),
         3 * 200 - admitted + 200
