@@ -26,8 +26,8 @@ macro_rules! names {
         impl fmt::Display for $ty {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
         }
-        impl From<$ty> for crate::builder::Choice<$ty> {
-            fn from(v: $ty) -> Self { crate::builder::Choice::Value(v) }
+        impl From<$ty> for crate::rule_builder::Choice<$ty> {
+            fn from(v: $ty) -> Self { crate::rule_builder::Choice::Value(v) }
         }
         impl FromStr for $ty {
             type Err = String;

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 
 use sluicegate::Kind;
 
-use crate::builder::Choice;
 use crate::def::{Backend, Mode, OnError};
+use crate::rule_builder::Choice;
 
 /// Where a value came from.
 #[derive(Clone, Debug)]

@@ -47,7 +47,6 @@
 
 mod attrs;
 mod backend;
-mod builder;
 mod check;
 mod cond;
 mod decision;
@@ -60,17 +59,18 @@ mod key;
 mod layer;
 mod metrics;
 mod policy;
+mod policy_def_builder;
 mod raw;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod reload;
+mod rule_builder;
 mod state;
 mod table;
 mod validate;
 
 pub use attrs::{AttrName, Attrs};
 pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
-pub use builder::{Choice, PolicyDefBuilder, RuleBuilder};
 pub use decision::{Decision, RuleDecision, push_sf_string};
 pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, StateSettings};
 pub use diag::{Code, Diagnostic, Error, Severity};
@@ -78,7 +78,9 @@ pub use diag::{Code, Diagnostic, Error, Severity};
 pub use layer::{ExtraAttrs, PolicyLayer, PolicyService};
 pub use metrics::RuleStats;
 pub use policy::{Policy, PolicyBuilder};
+pub use policy_def_builder::PolicyDefBuilder;
 pub use reload::{Reloaded, Watcher};
+pub use rule_builder::{Choice, RuleBuilder};
 
 /// The crate README's Rust snippet, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use toml::Spanned;
 
-use crate::builder::Choice;
 use crate::input::{At, DefaultsIn, FileIn, Loc, RedisIn, RuleIn, SettingsIn};
+use crate::rule_builder::Choice;
 
 type S<T> = Spanned<T>;
 

@@ -12,7 +12,6 @@ use std::time::Duration;
 use sluicegate::{Kind, Quota, Spec, SpecError};
 
 use crate::attrs::AttrName;
-use crate::builder::Choice;
 use crate::cond::{Cidr, Cond, Value};
 use crate::def::{
     Backend, DEFAULT_CAPACITY, DEFAULT_KIND, Mode, OnError, PolicyDef, RedisSettings, RuleDef,
@@ -21,6 +20,7 @@ use crate::def::{
 use crate::diag::{Code, Diagnostic, Error, Lines, Severity};
 use crate::input::{At, FileIn, Loc, RedisIn, RuleIn};
 use crate::raw::RawFile;
+use crate::rule_builder::Choice;
 
 /// The most keys one rule's table may be asked for (2³²; 16 bytes each).
 const MAX_CAPACITY: i64 = 1 << 32;
