@@ -85,9 +85,6 @@ pub(crate) mod order {
     pub(crate) const STAT: Ordering = Ordering::Relaxed;
     /// Storing a state word outright (a reset).
     pub(crate) const STORE: Ordering = Ordering::Release;
-    /// Releasing a keyed group's placement lock: what the holder wrote is seen by
-    /// the next holder, and the lock is seen as taken until then.
-    pub(crate) const UNLOCK: Ordering = Ordering::AcqRel;
 }
 
 /// Yields inside a spin loop: to loom's scheduler under the model checker (a spin

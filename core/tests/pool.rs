@@ -5,14 +5,19 @@
 //!   (random interleaved traffic: peeks, costs above the capacity, receipts and
 //!   refunds, `set_spec`, time going backwards, long idle, times near `u64::MAX`).
 //! * A flood of another limit's keys (100× the pool, 1 and 4 threads, refunds
-//!   during it) never admits a victim key beyond what its own limiter would.
+//!   during it) never admits a victim key (of every keyed kind, and a compound)
+//!   beyond what its own limiter admits.
 //! * The cost of sharing, an innocent limit's new keys denied on their first
 //!   request under a cross-limit flood, is measured at 50 %, 80 %, 100 % load and
-//!   10× turnover: `cargo test --release -p sluicegate --test pool -- --nocapture`
+//!   10× turnover against one limit in a table of its own:
+//!   `cargo test --release -p sluicegate --test pool -- --nocapture innocent`
 //!   prints the table.
-//! * A limit's `max_keys` bounds its live keys while other limits keep finding room.
+//! * A limit's `max_keys` bounds its live keys while other limits keep finding
+//!   room; a bound of 0 is refused, and a check at a far-future time does not
+//!   keep a limit at its bound.
 //! * Ids are reused only after a sweep: a limit with a reused id never reads an
 //!   old limit's slot or sketch cell; 65,535 live limits fill the pool.
+//! * `clear` on a member forgets its keys only.
 #![cfg(all(feature = "std", not(miri)))]
 
 use std::sync::Barrier;
@@ -249,13 +254,15 @@ struct Victim {
     refunds: bool,
     receipt: Receipt,
     calls: u64,
+    /// The first over-admission seen.
+    failure: Option<String>,
 }
 
 const VICTIM_KEYS: usize = 8;
 
 impl Victim {
-    fn new(pool: &Pool, kind: Kind, refunds: bool) -> Self {
-        let spec = victim_spec(kind);
+    fn new(pool: &Pool, spec: Spec, refunds: bool) -> Self {
+        let burst = spec.capacity();
         let mut v = Victim {
             limiter: AnyKeyed::in_pool(pool, &spec, 1 << 20, ()).unwrap(),
             reference: (0..VICTIM_KEYS)
@@ -267,13 +274,14 @@ impl Victim {
             refunds,
             receipt: Receipt::empty(),
             calls: 0,
+            failure: None,
         };
         for k in 0..VICTIM_KEYS {
-            v.check(k, 5, 0);
+            v.check(k, burst, 0);
         }
         assert_eq!(
             v.admitted,
-            vec![5; VICTIM_KEYS],
+            vec![burst; VICTIM_KEYS],
             "{spec:?}: a fresh key spends its burst"
         );
         v
@@ -316,15 +324,18 @@ impl Victim {
         // A refund that found the key evicted gave nothing back, so the units
         // the key holds are at least admitted − refunded.
         let net = self.admitted[k] - self.refunded[k];
-        assert!(
-            net <= self.most[k],
-            "{:?} key {k} at {now} ns: {net} units held net ({} admitted, {} refunded), its own \
-             limiter admits {}",
-            self.limiter.spec(),
-            self.admitted[k],
-            self.refunded[k],
-            self.most[k],
-        );
+        // Recorded, not asserted: a panic on a flood thread would leave the
+        // others waiting at their barrier.
+        if net > self.most[k] && self.failure.is_none() {
+            self.failure = Some(format!(
+                "{:?} key {k} at {now} ns: {net} units held net ({} admitted, {} refunded), its \
+                 own limiter admits {}",
+                self.limiter.spec(),
+                self.admitted[k],
+                self.refunded[k],
+                self.most[k],
+            ));
+        }
     }
 }
 
@@ -340,15 +351,22 @@ struct Flood {
 /// flood keys; then the victims check their keys again.
 fn cross_limit_flood(case: &Flood, bytes: usize) -> u64 {
     let pool = Pool::with_memory(bytes).unwrap();
+    // A victim of every keyed kind, and a compound one.
     let mut victims: Vec<Victim> = keyed_kinds()
-        .map(|k| Victim::new(&pool, k, case.refunds))
+        .map(victim_spec)
+        .chain([Spec::parse(Kind::SlidingWindow, "5/hour; 3/min").unwrap()])
+        .map(|spec| Victim::new(&pool, spec, case.refunds))
         .collect();
     let flooder =
         AnyKeyed::in_pool(&pool, &spec(case.flooder, "1/hour"), pool.capacity(), ()).unwrap();
     let per_thread = 100 * pool.capacity() as u64 / case.threads;
     let span = 3000 * SEC;
     let at = |j: u64| SEC + j * (span / per_thread);
-    // Victim rounds: about 150 over the flood.
+    // Victim rounds: about 150 over the flood. The threads meet at a barrier
+    // before each, and until the next one no flood key is checked later than
+    // the round's time: no slot is judged at a time ahead of the victims' (a
+    // later judgement may find a victim's state fresh that is live at the
+    // victim's time, as if the victim's clock ran behind).
     let every = (per_thread / 150).max(1);
     let barrier = Barrier::new(case.threads as usize);
     let flood_admitted = AtomicU64::new(0);
@@ -362,8 +380,18 @@ fn cross_limit_flood(case: &Flood, bytes: usize) -> u64 {
                 let mut receipt = Receipt::empty();
                 for j in 0..per_thread {
                     let now = at(j);
-                    if j % 4096 == 0 {
+                    if j % every == 0 {
                         barrier.wait();
+                        if let Some(victims) = mine.as_deref_mut() {
+                            // Concurrently with the other threads' flood keys
+                            // until the next barrier, all checked before `late`.
+                            let late = at(j + every);
+                            for v in victims.iter_mut() {
+                                for k in 0..VICTIM_KEYS {
+                                    v.check(k, 1, late);
+                                }
+                            }
+                        }
                     }
                     let key = (th << 40) | j;
                     let d = if case.refunds {
@@ -380,28 +408,22 @@ fn cross_limit_flood(case: &Flood, bytes: usize) -> u64 {
                     if d.decision.allowed {
                         flood_admitted.fetch_add(1, Ordering::Relaxed);
                     }
-                    if let Some(victims) = mine.as_deref_mut() {
-                        if j % every == 0 {
-                            for v in victims.iter_mut() {
-                                for k in 0..VICTIM_KEYS {
-                                    v.check(k, 1, now);
-                                }
-                            }
-                        }
-                    }
                 }
             });
         }
     });
     // The victims' own later checks: single requests, then a whole burst.
     for round in 0..20 {
-        let now = at(per_thread) + round * 20 * SEC;
+        let now = at(per_thread + every) + round * 20 * SEC;
         for v in victims.iter_mut() {
             for k in 0..VICTIM_KEYS {
                 v.check(k, 1, now);
-                v.check(k, 5, now);
+                v.check(k, v.limiter.spec().capacity(), now);
             }
         }
+    }
+    for v in &victims {
+        assert_eq!(v.failure, None, "flood of {:?}", case.flooder);
     }
     let evicted: u64 = victims.iter().map(|v| v.limiter.stats().evicted).sum();
     println!(
@@ -419,37 +441,46 @@ fn cross_limit_flood(case: &Flood, bytes: usize) -> u64 {
             .map(|v| v.admitted.iter().sum::<u64>())
             .collect::<Vec<_>>(),
     );
-    // The pool was under pressure: flood keys were evicted or turned away.
-    let s = flooder.stats();
+    // The pool was under pressure: more than a pool's worth of flood keys was
+    // denied (turned away, or limited early by the flooder's own sketch cells).
+    let denied = per_thread * case.threads - flood_admitted.load(Ordering::Relaxed);
     assert!(
-        s.evicted + s.rejected > pool.capacity() as u64,
-        "{:?}: no pressure: {s:?}",
-        case.flooder
+        denied > pool.capacity() as u64,
+        "{:?}: no pressure: {denied} flood keys denied, {:?}",
+        case.flooder,
+        flooder.stats()
     );
     evicted
 }
 
 #[test]
 fn a_flood_of_another_limits_keys_never_lifts_a_victims_limit() {
-    let bytes = if RELEASE { 1 << 18 } else { 1 << 13 };
+    // 448 slots (the sketch's fewest cells, 64), and in release 15,880 (512).
+    let sizes: &[usize] = if RELEASE {
+        &[1 << 13, 1 << 18]
+    } else {
+        &[1 << 13]
+    };
     let mut evicted = 0;
-    for (i, flooder) in keyed_kinds().enumerate() {
-        // Debug builds run one of the two cases of each flooder.
-        for refunds in [false, true]
-            .into_iter()
-            .filter(|r| RELEASE || *r == (i % 2 == 0))
-        {
-            let threads = if (i + usize::from(refunds)) % 2 == 0 {
-                1
-            } else {
-                4
-            };
-            let case = Flood {
-                flooder,
-                threads,
-                refunds,
-            };
-            evicted += cross_limit_flood(&case, bytes);
+    for &bytes in sizes {
+        for (i, flooder) in keyed_kinds().enumerate() {
+            // Debug builds run one of the two cases of each flooder.
+            for refunds in [false, true]
+                .into_iter()
+                .filter(|r| RELEASE || *r == (i % 2 == 0))
+            {
+                let threads = if (i + usize::from(refunds)) % 2 == 0 {
+                    1
+                } else {
+                    4
+                };
+                let case = Flood {
+                    flooder,
+                    threads,
+                    refunds,
+                };
+                evicted += cross_limit_flood(&case, bytes);
+            }
         }
     }
     // The floods reached the victims: some of their keys were evicted (and
@@ -501,11 +532,12 @@ fn innocent_cost(bytes: usize, load: f64, threads: u64, budget: u64, shared: boo
     let per_ms = fill_per_ms * (load - INNOCENT_SHARE).max(0.0);
     let ms = ((budget as f64 / (per_ms + innocent_per_ms)) as u64).clamp(4 * RATE_LIVE_MS, 20_000);
     let (innocents, denied) = (AtomicU64::new(0), AtomicU64::new(0));
+    let over = AtomicU64::new(0);
     let barrier = Barrier::new(threads as usize);
     std::thread::scope(|s| {
         for th in 0..threads {
             let barrier = &barrier;
-            let (innocents, denied) = (&innocents, &denied);
+            let (innocents, denied, over) = (&innocents, &denied, &over);
             s.spawn(move || {
                 let (mut next_flood, mut next_innocent) = (0u64, 0u64);
                 for ms_i in 0..ms {
@@ -536,17 +568,23 @@ fn innocent_cost(bytes: usize, load: f64, threads: u64, budget: u64, shared: boo
                         }
                         // Never an over-admission: one unit spent, the whole
                         // burst is not there any more.
+                        // (Counted, not asserted: a panic here would leave the
+                        // other threads waiting at their barrier.)
                         let burst = innocent.check_n_at(&key, BURST, now).unwrap();
-                        assert!(
-                            !(first && burst.decision.allowed),
-                            "load {load}: innocent key {key} admitted {} units at {now}",
-                            BURST + 1
-                        );
+                        if first && burst.decision.allowed {
+                            over.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             });
         }
     });
+    assert_eq!(
+        over.into_inner(),
+        0,
+        "load {load}, {threads} threads: innocent keys admitted {} units at once",
+        BURST + 1
+    );
     Cost {
         ms,
         flood_keys: (ms as f64 * per_ms) as u64,
@@ -570,19 +608,23 @@ fn innocent_keys_of_a_third_limit_pay_little_for_a_cross_limit_flood() {
     for &threads in threads {
         for load in [0.5, 0.8, 1.0, 10.0] {
             let c = innocent_cost(bytes, load, threads, budget, true);
-            let anchor = innocent_cost(bytes, load, threads, budget, false);
-            let share = |c: &Cost| 100.0 * c.denied as f64 / c.innocents as f64;
+            // The anchor costs a second run: release builds only.
+            let anchor = RELEASE.then(|| innocent_cost(bytes, load, threads, budget, false));
+            let share = |c: &Cost| {
+                format!(
+                    "{}/{} ({:.2} %)",
+                    c.denied,
+                    c.innocents,
+                    100.0 * c.denied as f64 / c.innocents.max(1) as f64
+                )
+            };
             println!(
-                "{}\t{load}\t{threads}\t{}\t{}\t{}/{} ({:.2} %)\t{}/{} ({:.2} %)",
+                "{}\t{load}\t{threads}\t{}\t{}\t{}\t{}",
                 Pool::with_memory(bytes).unwrap().capacity(),
                 c.ms,
                 c.flood_keys,
-                c.denied,
-                c.innocents,
                 share(&c),
-                anchor.denied,
-                anchor.innocents,
-                share(&anchor),
+                anchor.as_ref().map_or_else(|| "-".to_string(), share),
             );
             if load <= 0.8 {
                 assert!(
@@ -632,26 +674,25 @@ fn per_limit_bound(threads: u64) {
     )
     .unwrap();
     let id = bounded.pool_ids()[0];
-    // Over 50 s: the limit recounts its live keys at most once a second.
+    // Over 50 s on one clock (a counter the threads share): the limit recounts
+    // its live keys at most once a second.
     let at = |j: u64| j * MS;
+    let next = AtomicU64::new(0);
     let admitted: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|th| {
-                let bounded = &bounded;
+            .map(|_| {
+                let (bounded, next) = (&bounded, &next);
                 s.spawn(move || {
-                    (0..KEYS / threads)
-                        .map(|j| (j, (th << 32) | j))
-                        .filter(|&(j, key)| {
-                            bounded.check_n_at(&key, 1, at(j)).unwrap().decision.allowed
-                        })
-                        .map(|(_, key)| key)
+                    std::iter::from_fn(|| Some(next.fetch_add(1, Ordering::Relaxed)))
+                        .take_while(|&j| j < KEYS)
+                        .filter(|&j| bounded.check_n_at(&j, 1, at(j)).unwrap().decision.allowed)
                         .collect()
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let end = at(KEYS / threads);
+    let end = at(KEYS);
     let held = live(&pool, id, end);
     let admitted: Vec<u64> = admitted.into_iter().flatten().collect();
     println!(

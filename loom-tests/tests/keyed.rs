@@ -50,6 +50,20 @@ fn first_requests_of_one_key_share_one_slot() {
     });
 }
 
+/// Placement takes no lock: three racing first requests of one key, each
+/// claiming a slot as pending and validating against the others, still leave the
+/// key in one slot, and admit exactly its quota between them.
+#[test]
+fn three_first_requests_of_one_key_place_it_once() {
+    loom::model(|| {
+        let t = table(Quota::per_minute(2), FullPolicy::Reject);
+        let got = race(&t, 0, vec![(7, 1), (7, 1), (7, 1)]);
+        assert_eq!(got.iter().filter(|x| **x).count(), 2);
+        assert_eq!(t.len_at(0), 1);
+        assert!(!t.check_at(&7u64, 0).allowed);
+    });
+}
+
 #[test]
 fn two_new_keys_claim_two_slots() {
     loom::model(|| {

@@ -110,11 +110,16 @@ impl<C> AnyKeyed<C> {
     /// assert_eq!(t.capacity(), 1000);
     /// let log = Spec::parse(Kind::SlidingLog, "5/s")?;
     /// assert!(matches!(AnyKeyed::in_pool(&pool, &log, 10, ()), Err(SpecError::Unsupported { .. })));
+    /// assert!(AnyKeyed::in_pool(&pool, &spec, 0, ()).is_err()); // a bound of no keys
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn in_pool(pool: &Pool, spec: &Spec, max_keys: usize, clock: C) -> Result<Self, SpecError> {
         if !spec.kind().caps().keyed {
             return Err(spec.unsupported("keyed limiting"));
+        }
+        if max_keys == 0 {
+            let error = crate::ConfigError::Zero { field: "max_keys" };
+            return Err(SpecError::Config { index: 0, error });
         }
         let home = Home::Pool { pool, max_keys };
         let engine = spec.kind().dispatch(BuildKeyed { spec, home })?;

@@ -67,20 +67,23 @@
 //!   probed slot and one 128-bit CAS of the key's slot. Fingerprint and state
 //!   change together, so a thread can never apply one key's decision to a slot
 //!   another key has since taken over (the CAS fails and the thread looks again).
-//! * Placing a *new* key takes a lock bit in its home group (bit 127 of the group's
-//!   first slot), held for one scan of 16 slots, never across a clock read, an
-//!   allocation or a system call. It serialises the placement decisions for keys
-//!   of one home group, which is what rules out two racing first requests of the
-//!   same key landing in two different slots (each would get a full bucket). Keys
-//!   already placed never wait for it.
-//!
+//! * Placing a *new* key takes **no lock**: the key is claimed in a free slot
+//!   as *pending* (bit 127 of the slot), validated against the key's other
+//!   candidate slots (of two racing claims of one key, the one earlier in the
+//!   scan order wins and the other is withdrawn), then committed by one CAS. So
+//!   two racing first requests of one key never land in two slots, and a thread
+//!   (or a process sharing the table) that stops at any instruction leaves
+//!   nothing held: a pending slot is nobody's state, withdrawn by the key's next
+//!   placement after a bounded spin, or taken over once its proposed state is
+//!   fresh. The steps and the argument are in `table.rs`.
 //! * A key's check is the shared compare-and-swap loop of every limiter
 //!   ([`crate::limiter`]'s `apply_cell`) on the key's slot; the loop stops when the
 //!   slot stops holding the key's fingerprint.
 //! * An eviction folds the evicted state into the sketch *before* it takes the
-//!   slot over, and a key that is not in the table reads the sketch only under
-//!   its home group's lock after seeing it absent, so a key evicted while it is
-//!   being checked resumes from a state that includes every admission it got.
+//!   slot over, and a key that is not in the table reads the sketch after seeing
+//!   it absent and again after validating its claim (a change withdraws the
+//!   claim), so a key evicted while it is being checked resumes from a state that
+//!   includes every admission it got.
 //!
 //! Loom models cover slot claims by two new keys, reuse of an idle slot while
 //! another thread still checks the old key, eviction racing a check of the

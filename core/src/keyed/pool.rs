@@ -645,8 +645,11 @@ impl<A: Algorithm> Space<A> for Member<A> {
         if e.held.load(order::STAT) < bound {
             return false;
         }
+        // Due at `at`, or at once if time went back (a far-future check must not
+        // put the next recount out of reach).
         let at = e.recount_at.load(order::STAT);
-        if now < at
+        let due = now >= at || at - now > RECOUNT_NS;
+        if !due
             || e.recount_at
                 .compare_exchange(at, now.saturating_add(RECOUNT_NS), order::STAT, order::STAT)
                 .is_err()

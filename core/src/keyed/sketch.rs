@@ -130,7 +130,7 @@ impl Cells {
                         None => return false,
                     }
                 };
-                let next = claimed(cur, owner, joined);
+                let next = claimed(owner, joined);
                 if next == cur || cell.cas(cur, next) {
                     break;
                 }

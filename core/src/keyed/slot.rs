@@ -1,10 +1,11 @@
-//! The storage: a slot (fingerprint and state word in one 128-bit atomic) and a
-//! group of slots in one cache-padded block, with the group's placement lock.
+//! The storage: a slot (fingerprint and state word in one 128-bit atomic, and a
+//! bit saying whether its key's placement is still pending) and a group of slots
+//! in one cache-padded block.
 
 use crossbeam_utils::CachePadded;
 
 use crate::limiter::StateCell;
-use crate::sync::{AtomicU128, order, spin_loop};
+use crate::sync::{AtomicU128, order};
 
 /// Slots per group (2 under loom, to keep the model's state space small: the
 /// algorithm does not depend on the group size).
@@ -14,8 +15,9 @@ pub const GROUP_SLOTS: usize = 8;
 #[cfg(loom)]
 pub const GROUP_SLOTS: usize = 2;
 
-/// Bit 127 of a group's first slot: the group's placement lock.
-pub(super) const LOCK: u128 = 1 << 127;
+/// Bit 127 of a slot: its key's placement is pending (claimed, not yet
+/// validated: see [`super::table`]). A pending slot is nobody's state yet.
+pub(super) const PENDING: u128 = 1 << 127;
 /// A fingerprint is the key's hash masked to 63 bits; 0 marks an empty slot.
 pub(super) const FP_MASK: u64 = u64::MAX >> 1;
 const STATE_MASK: u128 = u64::MAX as u128;
@@ -28,15 +30,28 @@ pub(super) fn fp_of(v: u128) -> u64 {
 pub(super) fn state_of(v: u128) -> u64 {
     v as u64
 }
-/// `v` with its state replaced (fingerprint and lock bit kept).
+/// `v` with its state replaced (fingerprint and pending bit kept).
 #[inline]
 fn with_state(v: u128, state: u64) -> u128 {
     (v & !STATE_MASK) | state as u128
 }
-/// `v` taken over by `fp` with `state` (the lock bit kept).
+/// A committed slot of `fp` with `state`.
 #[inline]
-pub(super) fn claimed(v: u128, fp: u64, state: u64) -> u128 {
-    (v & LOCK) | ((fp as u128) << 64) | state as u128
+pub(super) fn claimed(fp: u64, state: u64) -> u128 {
+    ((fp as u128) << 64) | state as u128
+}
+
+/// Whether slot value `v` is a committed slot of `fp` (one compare: the pending
+/// bit lies in the fingerprint's word).
+#[inline(always)]
+pub(super) fn committed_to(v: u128, fp: u64) -> bool {
+    (v >> 64) as u64 == fp
+}
+
+/// Whether slot value `v` is a placement still pending.
+#[inline]
+pub(super) fn is_pending(v: u128) -> bool {
+    v & PENDING != 0
 }
 
 /// One table entry: fingerprint and state word in one 128-bit atomic.
@@ -77,7 +92,9 @@ impl StateCell for KeySlot<'_> {
     type Raw = u128;
     #[inline(always)]
     fn state(&self, raw: u128) -> Option<u64> {
-        (fp_of(raw) == self.fp).then_some(state_of(raw))
+        // One compare: the high word is the fingerprint alone only when the
+        // pending bit is clear.
+        committed_to(raw, self.fp).then_some(state_of(raw))
     }
     #[inline(always)]
     fn swap_state(&self, current: u128, next: u64) -> Result<(), u128> {
@@ -131,34 +148,16 @@ impl Group {
         &self.0
     }
 
-    /// Takes the placement lock (held for one scan of the key's candidate slots,
-    /// never across a clock read, an allocation or a system call).
-    pub(super) fn lock(&self) {
-        let first = &self.slots()[0];
-        loop {
-            let v = first.load();
-            if v & LOCK == 0 && first.cas(v, v | LOCK) {
-                return;
-            }
-            spin_loop();
-        }
-    }
-
-    pub(super) fn unlock(&self) {
-        self.slots()[0].0.fetch_and(!LOCK, order::UNLOCK);
-    }
-
-    /// Empties every slot, keeping a lock bit a concurrent placement may hold.
+    /// Empties every slot (a pending placement in one of them starts over).
     pub(super) fn clear(&self) {
         self.clear_where(|_| true);
     }
 
-    /// Empties every slot whose value `pick` selects, keeping a lock bit a
-    /// concurrent placement may hold.
+    /// Empties every slot whose value `pick` selects.
     pub(super) fn clear_where(&self, pick: impl Fn(u128) -> bool) {
         for s in self.slots() {
             let mut v = s.load();
-            while v & !LOCK != 0 && pick(v) && !s.cas(v, v & LOCK) {
+            while v != 0 && pick(v) && !s.cas(v, 0) {
                 v = s.load();
             }
         }

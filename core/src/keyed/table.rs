@@ -6,17 +6,55 @@
 //! and what the limit knows of them. A [`Keyed`] table is a space of its own (every
 //! slot is its own); a limit in a [`super::Pool`] shares its slots with other
 //! limits and judges their slots through the pool's registry.
+//!
+//! # Placing a new key without a lock
+//! Two racing first requests of one key must not land in two slots (each would
+//! start from a full bucket). No lock serialises them, so that a thread — or a
+//! process sharing the table, killed at any instruction — can never leave
+//! anything held. A placement runs in named steps:
+//!
+//! 1. **find**: the key is in no candidate slot (a *pending* slot of the key is
+//!    waited for a bounded spin, then withdrawn: its placer may be dead);
+//! 2. **decide** from the sketch's start state `s0`; a denial places nothing;
+//! 3. **claim** a free slot by CAS, marked *pending* (bit 127) with the new state:
+//!    nobody decides on a pending slot, and nobody but the validation rule below
+//!    touches it;
+//! 4. **validate**: look at every other candidate slot again. Another slot of
+//!    the key that is committed wins: withdraw ours (CAS it empty), decide again.
+//!    Another pending one: the one earlier in the scan order wins; the later one
+//!    is withdrawn, by its placer or by the winner (a CAS of that exact value);
+//! 5. **re-read the sketch**: if the start state is no longer `s0` (the key was
+//!    evicted meanwhile and folded there), withdraw and decide again;
+//! 6. **commit**: CAS our exact pending value to the committed one. If it fails,
+//!    someone withdrew it: start over.
+//!
+//! At most one slot of a key is ever committed: of two placers, the one that
+//! validates second sees the other's claim (each claims before it validates),
+//! and each rule either withdraws one of the two or leaves the later to be
+//! withdrawn before it can commit — the commit CAS and the withdrawing CAS of
+//! one pending value cannot both succeed. A placer that dies between any two
+//! steps leaves either nothing, a free slot it evicted into the sketch (its key's
+//! state is in the sketch: step 5's order), or a pending slot, which is nobody's
+//! state: the next placement of that key withdraws it after a bounded spin, and
+//! any placement takes it over once its proposed state is fresh.
 
 use core::hash::BuildHasher;
 
 use super::Keyed;
-use super::slot::{FP_MASK, Group, KeySlot, Slot, claimed, fp_of, state_of};
+use super::slot::{
+    FP_MASK, Group, KeySlot, PENDING, Slot, claimed, committed_to, fp_of, is_pending, state_of,
+};
 use super::stats::{Event, FullPolicy};
 use crate::decision::Decision;
 use crate::error::InsufficientCapacity;
 #[cfg(feature = "std")]
 use crate::limiter::give_back_cell;
 use crate::limiter::{Algorithm, Step, apply_cell};
+use crate::sync::spin_loop;
+
+/// How many times a placement looks again at another placer's pending slot of
+/// its key before it withdraws it (its placer may be dead).
+const PENDING_SPINS: usize = 64;
 
 /// Groups a key may live in: its home group and an independent second choice.
 pub(super) const PROBE_GROUPS: usize = 2;
@@ -102,6 +140,7 @@ pub(super) fn probe<A: Algorithm, S: Space<A> + ?Sized>(space: &S, h: u64) -> Pr
     }
 }
 
+/// The key's first slot in scan order, committed or pending.
 #[inline(always)]
 fn find<'a>(probe: &Probe<'a>) -> Option<(&'a Slot, u128)> {
     for g in &probe.window[..probe.probe] {
@@ -113,6 +152,29 @@ fn find<'a>(probe: &Probe<'a>) -> Option<(&'a Slot, u128)> {
         }
     }
     None
+}
+
+/// The key's committed slot: what a check decides on.
+#[inline(always)]
+fn find_committed<'a>(probe: &Probe<'a>) -> Option<(&'a Slot, u128)> {
+    for g in &probe.window[..probe.probe] {
+        for s in g.slots() {
+            let v = s.load();
+            if committed_to(v, probe.fp) {
+                return Some((s, v));
+            }
+        }
+    }
+    None
+}
+
+/// The key's candidate slots in scan order.
+fn candidates<'a>(probe: &Probe<'a>) -> impl Iterator<Item = &'a Slot> + 'a {
+    let groups = probe.window;
+    groups
+        .into_iter()
+        .take(probe.probe)
+        .flat_map(|g| g.slots().iter())
 }
 
 /// The decision for hash `h` in `space`, with the time read by `now` once the
@@ -129,7 +191,7 @@ pub(super) fn run_with<A: Algorithm, S: Space<A> + ?Sized>(
     consume: bool,
 ) -> Result<(Step, u64), InsufficientCapacity> {
     let probe = probe(space, h);
-    let mut hit = find(&probe);
+    let mut hit = find_committed(&probe);
     let now = now();
     loop {
         if let Some((slot, v)) = hit {
@@ -140,7 +202,7 @@ pub(super) fn run_with<A: Algorithm, S: Space<A> + ?Sized>(
                 Some(done) => return Ok(done),
                 // Another key took the slot over: look again.
                 None => {
-                    hit = find(&probe);
+                    hit = find_committed(&probe);
                     continue;
                 }
             }
@@ -154,7 +216,7 @@ pub(super) fn run_with<A: Algorithm, S: Space<A> + ?Sized>(
         if let Some(step) = place(space, &probe, n, now)? {
             return Ok(step);
         }
-        hit = find(&probe);
+        hit = find_committed(&probe);
     }
 }
 
@@ -169,14 +231,15 @@ pub(super) fn give_back<A: Algorithm, S: Space<A> + ?Sized>(
     now: impl Fn() -> u64,
 ) {
     let probe = probe(space, h);
-    if let Some((slot, v)) = find(&probe) {
+    if let Some((slot, v)) = find_committed(&probe) {
         let cell = KeySlot { slot, fp: probe.fp };
         give_back_cell::<A, _>(&cell, v, || space.params(), n, taken, now);
     }
 }
 
-/// Places a new key under its home group's lock. `None`: the key turned out
-/// to be present (placed by a racing request), decide again.
+/// Places a new key without a lock (the steps are in the [module docs](self)).
+/// `None`: the key turned out to be present (placed by a racing request),
+/// decide again.
 fn place<A: Algorithm, S: Space<A> + ?Sized>(
     space: &S,
     probe: &Probe<'_>,
@@ -184,28 +247,17 @@ fn place<A: Algorithm, S: Space<A> + ?Sized>(
     now: u64,
 ) -> Result<Option<(Step, u64)>, InsufficientCapacity> {
     let bounded = space.bounded(now);
-    probe.window[0].lock();
-    let outcome = place_locked(space, probe, n, now, bounded);
-    probe.window[0].unlock();
-    outcome
-}
-
-fn place_locked<A: Algorithm, S: Space<A> + ?Sized>(
-    space: &S,
-    probe: &Probe<'_>,
-    n: u64,
-    now: u64,
-    bounded: bool,
-) -> Result<Option<(Step, u64)>, InsufficientCapacity> {
     let Probe { fp, home, .. } = *probe;
     loop {
-        if find(probe).is_some() {
-            return Ok(None);
+        // 1. find: present (decide again), pending (wait, then withdraw), absent.
+        if let Some((slot, v)) = find(probe) {
+            if !is_pending(v) {
+                return Ok(None);
+            }
+            wait_or_withdraw(slot, v);
+            continue;
         }
-        // Only now, with the key absent and its home lock held (so no one can
-        // place it, hence no one can evict it), is the sketch complete for it:
-        // an eviction folds before it frees the slot, and our `find` saw the
-        // slot freed.
+        // 2. decide from the sketch.
         let p = space.params();
         check_capacity::<A>(&p, n)?;
         let start = space.start(&p, fp, now);
@@ -214,85 +266,163 @@ fn place_locked<A: Algorithm, S: Space<A> + ?Sized>(
             // Denied (or a cost of 0): nothing to remember, no slot taken.
             return Ok(Some((step, start)));
         };
-        // Per candidate group: its first empty slot, its first fresh one, and how
-        // many it has of either. The new key goes to the group with more room
-        // ("two choices"): at 80 % load that leaves 0.02 % of keys without a
-        // slot, against 2.5 % for first-fit over two adjacent groups.
-        let mut room = [Room::default(); PROBE_GROUPS];
-        let mut stalest: Option<(&Slot, u128, u64)> = None;
-        for (g, r) in probe.window[..probe.probe].iter().zip(room.iter_mut()) {
-            for s in g.slots() {
-                let v = s.load();
-                if !space.may_take(v, bounded) {
-                    continue;
-                }
-                match space.held(&p, v, now) {
-                    Held::Empty => {
-                        r.empty.get_or_insert((s, v));
-                        r.free += 1;
-                    }
-                    Held::Fresh => {
-                        r.fresh.get_or_insert((s, v));
-                        r.free += 1;
-                    }
-                    Held::Live { left } => {
-                        if stalest.is_none_or(|(_, _, l)| left < l) {
-                            stalest = Some((s, v, left));
-                        }
-                    }
-                }
-            }
-        }
-        let best = if room[1].free > room[0].free {
-            room[1]
-        } else {
-            room[0]
-        };
-        // Turned away: no room, by the policy or because the eviction could not be
-        // remembered; `left` is when a candidate frees up, as far as is known.
-        let turned_away = |left: u64| {
-            space.record(home, Event::Rejected, 0);
-            Ok(Some((
-                Step {
-                    decision: Decision {
-                        allowed: false,
-                        remaining: 0,
-                        retry_after_ns: left,
-                        reset_after_ns: left,
-                        limit: A::capacity(&p),
-                    },
-                    next: None,
-                    delay_ns: 0,
-                },
-                start,
-            )))
-        };
-        let (target, event) = match (best.empty, best.fresh, stalest) {
-            (Some(t), _, _) => (t, Event::Inserted),
-            (None, Some(t), _) => (t, Event::Reused),
-            (None, None, _) if space.full_policy() == FullPolicy::AllowUnlimited => {
+        // 3. claim a free slot, pending.
+        let (slot, prev, event) = match choose::<A, S>(space, probe, &p, now, bounded) {
+            Chosen::Slot(slot, v, event) => (slot, v, event),
+            Chosen::Retry => continue,
+            Chosen::Unlimited => {
                 space.record(home, Event::Unlimited, 0);
                 return Ok(Some((Step { next: None, ..step }, start)));
             }
-            // Remember the evicted key before its slot is freed, so that whoever
-            // sees the slot taken over also sees the sketch.
-            (None, None, Some((s, v, _)))
-                if space.full_policy() == FullPolicy::EvictStalest && space.fold(&p, v, now) =>
-            {
-                ((s, v), Event::Evicted)
+            // Turned away: no room, by the policy or because the eviction could
+            // not be remembered; `left` is when a candidate frees up, as far as
+            // is known.
+            Chosen::TurnedAway(left) => {
+                let left = left.unwrap_or(step.decision.reset_after_ns);
+                space.record(home, Event::Rejected, 0);
+                let decision = Decision {
+                    allowed: false,
+                    remaining: 0,
+                    retry_after_ns: left,
+                    reset_after_ns: left,
+                    limit: A::capacity(&p),
+                };
+                let step = Step {
+                    decision,
+                    next: None,
+                    delay_ns: 0,
+                };
+                return Ok(Some((step, start)));
             }
-            (None, None, Some((_, _, left))) => return turned_away(left),
-            // No slot this limit may take (at its bound of live keys, none of the
-            // candidates is its own).
-            (None, None, None) => return turned_away(step.decision.reset_after_ns),
         };
-        let (slot, v) = target;
-        if slot.cas(v, claimed(v, fp, next)) {
-            space.record(home, event, v);
+        let pending = PENDING | claimed(fp, next);
+        if !slot.cas(prev, pending) {
+            continue;
+        }
+        // 4. validate against every other slot of the key; 5. the sketch again.
+        if !validate(probe, slot, pending) || space.start(&p, fp, now) != start {
+            slot.cas(pending, 0);
+            continue;
+        }
+        // 6. commit.
+        if slot.cas(pending, claimed(fp, next)) {
+            space.record(home, event, prev);
             return Ok(Some((step, start)));
         }
-        // The slot changed under us (its owner checked, or a key from another
-        // home group took it): choose again.
+    }
+}
+
+/// Another placer's pending slot `v` of our key: looked at again for a bounded
+/// spin, then withdrawn (its placer may be dead); a committed or withdrawn slot
+/// ends the wait.
+fn wait_or_withdraw(slot: &Slot, v: u128) {
+    for _ in 0..PENDING_SPINS {
+        spin_loop();
+        if slot.load() != v {
+            return;
+        }
+    }
+    slot.cas(v, 0);
+}
+
+/// Step 4: whether our pending claim `ours` in `mine` may commit: no other slot
+/// of the key is committed, and every other pending one comes later in the scan
+/// order (and is withdrawn here) — else ours must be withdrawn.
+fn validate(probe: &Probe<'_>, mine: &Slot, ours: u128) -> bool {
+    let mut earlier = true;
+    for s in candidates(probe) {
+        if core::ptr::eq(s, mine) {
+            earlier = false;
+            continue;
+        }
+        let v = s.load();
+        if fp_of(v) != probe.fp {
+            continue;
+        }
+        if !is_pending(v) || earlier {
+            return false;
+        }
+        // A later pending claim of the key loses to ours.
+        s.cas(v, 0);
+    }
+    mine.load() == ours
+}
+
+/// Where a new key goes.
+enum Chosen<'a> {
+    /// This slot, which held this value; the event it counts as.
+    Slot(&'a Slot, u128, Event),
+    /// The state changed under the choice (an eviction's slot moved on): again.
+    Retry,
+    /// No room: admit untracked (the policy says so).
+    Unlimited,
+    /// No room: turned away; when a candidate frees up, if known.
+    TurnedAway(Option<u64>),
+}
+
+/// Step 3's choice: per candidate group its first empty slot, its first fresh
+/// one, and how many it has of either; the new key goes to the group with more
+/// room ("two choices": at 80 % load that leaves 0.02 % of keys without a slot,
+/// against 2.5 % for first-fit over two adjacent groups), else it evicts the
+/// stalest live slot after its state is folded into the sketch (so whoever sees
+/// the slot taken over also sees the sketch), as the full-table policy says.
+fn choose<'a, A: Algorithm, S: Space<A> + ?Sized>(
+    space: &S,
+    probe: &Probe<'a>,
+    p: &A::Params,
+    now: u64,
+    bounded: bool,
+) -> Chosen<'a> {
+    let mut room = [Room::default(); PROBE_GROUPS];
+    let mut stalest: Option<(&Slot, u128, u64)> = None;
+    for (g, r) in probe.window[..probe.probe].iter().zip(room.iter_mut()) {
+        for s in g.slots() {
+            let v = s.load();
+            if !space.may_take(v, bounded) {
+                continue;
+            }
+            match space.held(p, v, now) {
+                Held::Empty => {
+                    r.empty.get_or_insert((s, v));
+                    r.free += 1;
+                }
+                Held::Fresh => {
+                    r.fresh.get_or_insert((s, v));
+                    r.free += 1;
+                }
+                // Another key's placement in flight is nobody's state yet, but
+                // not free either.
+                Held::Live { .. } if is_pending(v) => {}
+                Held::Live { left } => {
+                    if stalest.is_none_or(|(_, _, l)| left < l) {
+                        stalest = Some((s, v, left));
+                    }
+                }
+            }
+        }
+    }
+    let best = if room[1].free > room[0].free {
+        room[1]
+    } else {
+        room[0]
+    };
+    match (best.empty, best.fresh, stalest) {
+        (Some((s, v)), _, _) => Chosen::Slot(s, v, Event::Inserted),
+        (None, Some((s, v)), _) => Chosen::Slot(s, v, Event::Reused),
+        (None, None, _) if space.full_policy() == FullPolicy::AllowUnlimited => Chosen::Unlimited,
+        (None, None, Some((s, v, left))) if space.full_policy() == FullPolicy::EvictStalest => {
+            if !space.fold(p, v, now) {
+                Chosen::TurnedAway(Some(left))
+            } else if s.load() == v {
+                Chosen::Slot(s, v, Event::Evicted)
+            } else {
+                Chosen::Retry
+            }
+        }
+        (None, None, Some((_, _, left))) => Chosen::TurnedAway(Some(left)),
+        // No slot this limit may take (at its bound of live keys, none of the
+        // candidates is its own).
+        (None, None, None) => Chosen::TurnedAway(None),
     }
 }
 
