@@ -3,7 +3,6 @@
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use sluicegate::{Quota, Spec};
 use sluicegate_policy::{Backend, Code, Diagnostic, Policy, PolicyDef, Severity};
 
 /// Reads a rule file; the error names it.
@@ -16,6 +15,7 @@ fn read(path: &str) -> Result<String, Vec<Diagnostic>> {
             line: 0,
             column: 0,
             rule: None,
+            field: None,
             message: format!("cannot read the rule file: {e}"),
         }]
     })
@@ -46,48 +46,22 @@ pub fn load_for_replay(path: &str) -> Result<(Policy, Vec<String>), Vec<Diagnost
         .filter(|r| r.backend() != Backend::Local)
         .map(|r| r.name().to_owned())
         .collect();
-    let text = if remote.is_empty() {
-        text
+    let def = if remote.is_empty() {
+        def
     } else {
-        as_local(&text).map_err(|message| {
-            vec![Diagnostic {
-                severity: Severity::Error,
-                code: Code::Build,
-                file: path.to_owned(),
-                line: 0,
-                column: 0,
-                rule: None,
-                message,
-            }]
-        })?
-    };
-    let policy = Policy::from_toml(&text).map_err(|e| {
-        e.diagnostics()
+        let local = def
+            .rules()
             .iter()
-            .map(|d| Diagnostic {
-                file: path.to_owned(),
-                ..d.clone()
-            })
-            .collect::<Vec<_>>()
-    })?;
+            .map(|r| r.to_builder().backend(Backend::Local));
+        PolicyDef::builder()
+            .source(path)
+            .ipv6_prefix(def.ipv6_prefix())
+            .rules(local)
+            .build()
+            .map_err(|e| e.diagnostics().to_vec())?
+    };
+    let policy = Policy::from_def(def).map_err(|e| e.diagnostics().to_vec())?;
     Ok((policy, remote))
-}
-
-/// The rule file with every backend set to `local`.
-fn as_local(text: &str) -> Result<String, String> {
-    let mut doc: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
-    let local = toml::Value::String("local".into());
-    if let Some(toml::Value::Table(d)) = doc.get_mut("defaults") {
-        d.insert("backend".into(), local.clone());
-    }
-    if let Some(toml::Value::Array(rules)) = doc.get_mut("rule") {
-        for r in rules.iter_mut() {
-            if let toml::Value::Table(r) = r {
-                r.insert("backend".into(), local.clone());
-            }
-        }
-    }
-    toml::to_string(&doc).map_err(|e| format!("{e}"))
 }
 
 /// What `lint` found.
@@ -138,9 +112,9 @@ impl Lint {
     }
 }
 
-/// Validates the rule file at `path`: the policy's errors and warnings (each
-/// with file, line and column), plus a warning for a limit more than half of
-/// its algorithm's bound (doubling it would be rejected).
+/// Validates the rule file at `path`: the policy's errors and warnings, each
+/// with file, line and column (the policy's validator also warns of a limit over
+/// half of its algorithm's bound: doubling it would be rejected).
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
@@ -151,43 +125,11 @@ impl Lint {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn lint(path: &str) -> Lint {
-    let text = match read(path) {
-        Ok(t) => t,
-        Err(diagnostics) => return Lint { diagnostics },
+    let diagnostics = match read(path).map(|text| PolicyDef::parse(&text, Some(path))) {
+        Ok(Ok(def)) => def.warnings().to_vec(),
+        Ok(Err(e)) => e.diagnostics().to_vec(),
+        Err(diagnostics) => diagnostics,
     };
-    let def = match PolicyDef::parse(&text, Some(path)) {
-        Ok(def) => def,
-        Err(e) => {
-            return Lint {
-                diagnostics: e.diagnostics().to_vec(),
-            };
-        }
-    };
-    let mut diagnostics = def.warnings().to_vec();
-    for rule in def.rules() {
-        let spec = rule.spec();
-        for (i, q) in spec.quotas().iter().enumerate() {
-            let doubled = Quota::from_nanos(q.amount().saturating_mul(2), q.period_ns())
-                .burst(q.burst_size().saturating_mul(2));
-            if let Err(e) = Spec::new(spec.kind(), &[doubled]) {
-                diagnostics.push(Diagnostic {
-                    severity: Severity::Warning,
-                    code: Code::Limit,
-                    file: path.to_owned(),
-                    line: rule.line(),
-                    column: 1,
-                    rule: Some(rule.name().to_owned()),
-                    message: format!(
-                        "limit {} of `{}` is over half of what {} allows (twice it: {e})",
-                        i + 1,
-                        rule.limit(),
-                        spec.kind()
-                    ),
-                });
-            }
-        }
-    }
-    diagnostics.sort_by_key(|d| (d.line, d.column));
     Lint { diagnostics }
 }
 

@@ -282,7 +282,7 @@ fn lint_messages_and_statuses() {
     let (code, out) = lint(dir.path(), warnings);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("warning: rule `b`"), "{out}");
-    assert!(out.contains("lint.toml:10:1: warning: rule `c`: limit 1 of `600000/second` is over half of what sliding_window allows"), "{out}");
+    assert!(out.contains("lint.toml:11:10: warning: rule `c`: limit 1 of `600000/second` is over half of what sliding_window allows"), "{out}");
     assert!(out.ends_with("0 errors, 2 warnings\n"), "{out}");
 
     let out = run(
@@ -290,7 +290,7 @@ fn lint_messages_and_statuses() {
         None,
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).contains("nope.toml:0:0: error: cannot read the rule file"));
+    assert!(text(&out.stdout).contains("nope.toml: error: cannot read the rule file"));
 }
 
 #[test]

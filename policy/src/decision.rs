@@ -52,6 +52,27 @@ pub struct RuleDecision<'a> {
 }
 
 impl RuleDecision<'_> {
+    /// Nanoseconds the `RateLimit` field's `t` counts down: until the rule is full
+    /// again when it admitted, else until it admits again and is full (the longer
+    /// of [`Self::retry_after_ns`] and [`Self::reset_after_ns`]).
+    ///
+    /// ```
+    /// use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// let d = p.check_n_at(&[("k", "v")], 1, 0);
+    /// assert_eq!(d.rules().next().unwrap().reset_ns(), 1_000_000_000);
+    /// let d = p.check_n_at(&[("k", "v")], 1, 400_000_000);
+    /// assert_eq!(d.rules().next().unwrap().reset_ns(), 600_000_000);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn reset_ns(&self) -> u64 {
+        if self.allowed {
+            self.reset_after_ns
+        } else {
+            self.retry_after_ns.max(self.reset_after_ns)
+        }
+    }
+
     /// The key this rule limited the request by, as text (the text a shared
     /// backend stores it under): the `key` attributes' values in `attrs` (the
     /// request's), joined by `|`, `|` and `\` escaped with `\`, an absent
@@ -341,12 +362,7 @@ impl Decision {
     /// ```
     pub fn ratelimit_header(&self) -> String {
         self.header(|out, r| {
-            let t = if r.allowed {
-                r.reset_after_ns
-            } else {
-                r.retry_after_ns.max(r.reset_after_ns)
-            };
-            let t = t.div_ceil(1_000_000_000);
+            let t = r.reset_ns().div_ceil(1_000_000_000);
             let _ = write!(out, ";r={};t={t}", r.remaining);
         })
     }
@@ -357,16 +373,35 @@ impl Decision {
             if !out.is_empty() {
                 out.push_str(", ");
             }
-            out.push('"');
-            for c in r.name.chars() {
-                if c == '"' || c == '\\' {
-                    out.push('\\');
-                }
-                out.push(c);
-            }
-            out.push('"');
+            push_sf_string(&mut out, r.name);
             params(&mut out, &r);
         }
         out
     }
+}
+
+/// Appends `s` as a structured-field string (RFC 8941 §3.3.3), as the `RateLimit`
+/// and `RateLimit-Policy` fields name a rule: quoted, `"` and `\` escaped with
+/// `\`. A field value is printable ASCII only, so any other character (a
+/// non-ASCII letter, a control character) becomes `?`.
+///
+/// ```
+/// let mut out = String::new();
+/// sluicegate_policy::push_sf_string(&mut out, "tier \"gold\" für");
+/// assert_eq!(out, r#""tier \"gold\" f?r""#);
+/// ```
+pub fn push_sf_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
 }

@@ -26,6 +26,9 @@ macro_rules! names {
         impl fmt::Display for $ty {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
         }
+        impl From<$ty> for crate::rule_builder::Choice<$ty> {
+            fn from(v: $ty) -> Self { crate::rule_builder::Choice::Value(v) }
+        }
         impl FromStr for $ty {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, String> {
@@ -229,6 +232,8 @@ pub struct RuleDef {
     pub(crate) name: String,
     pub(crate) line: usize,
     pub(crate) matches: Vec<(AttrName, Cond)>,
+    /// `match` as given (attribute, values), for [`RuleDef::to_builder`].
+    pub(crate) match_values: Vec<(String, Vec<String>)>,
     pub(crate) key: Vec<AttrName>,
     pub(crate) limit: String,
     pub(crate) spec: Spec,
@@ -237,6 +242,7 @@ pub struct RuleDef {
     pub(crate) mode: Mode,
     pub(crate) capacity: usize,
     pub(crate) stripes: usize,
+    pub(crate) max_delay_ms: Option<u64>,
 }
 
 impl RuleDef {
@@ -249,7 +255,7 @@ impl RuleDef {
     pub fn name(&self) -> &str {
         &self.name
     }
-    /// The line of the rule's `name`.
+    /// The line of the rule's `name` (0 for a rule built from values).
     ///
     /// ```
     /// # let def = sluicegate_policy::PolicyDef::parse("\n[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();
@@ -404,6 +410,8 @@ pub struct PolicyDef {
     pub(crate) state: StateSettings,
     pub(crate) ipv6_prefix: u8,
     pub(crate) warnings: Vec<Diagnostic>,
+    /// The source name diagnostics give (`<policy>` for text without one).
+    pub(crate) file: String,
 }
 
 impl PolicyDef {
@@ -461,7 +469,19 @@ impl PolicyDef {
         self.ipv6_prefix
     }
 
-    /// Warnings: rules that never match, rules identical to an earlier one.
+    /// The source name its diagnostics give: the file, `<policy>` for text
+    /// without one, or what [`crate::PolicyDefBuilder::source`] set.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("", Some("rules.toml")).unwrap();
+    /// assert_eq!(def.source(), "rules.toml");
+    /// ```
+    pub fn source(&self) -> &str {
+        &self.file
+    }
+
+    /// Warnings: rules that never match, rules identical to an earlier one, limits
+    /// over half of their algorithm's bound.
     ///
     /// ```
     /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\nmatch = { method = [] }\n", None).unwrap();

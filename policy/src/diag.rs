@@ -81,27 +81,38 @@ pub struct Diagnostic {
     pub severity: Severity,
     /// What it is about.
     pub code: Code,
-    /// The file (`<policy>` for text without one).
+    /// The file (`<policy>` for text without one; empty for a policy built from
+    /// values that was given no source name).
     pub file: String,
-    /// 1-based line.
+    /// 1-based line; 0 for a policy built from values (see `field`).
     pub line: usize,
-    /// 1-based column, in characters.
+    /// 1-based column, in characters; 0 with line 0.
     pub column: usize,
     /// The rule's name, when the finding is inside a rule that has one.
     pub rule: Option<String>,
+    /// The field the finding is about, as the rule file names it (`limit`,
+    /// `match.path`, `defaults.capacity`, `redis.url`), when it is about one.
+    pub field: Option<String>,
     /// What is wrong, and what would be right.
     pub message: String,
 }
 
+/// `file:line:column: error: rule `a`: …` for rule-file text; for a policy built
+/// from values (line 0), the rule and field instead of the line:
+/// `error: rule `a`, field `limit`: …` (after `file: ` when it has a source name).
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}: ",
-            self.file, self.line, self.column, self.severity
-        )?;
-        if let Some(r) = &self.rule {
-            write!(f, "rule `{r}`: ")?;
+        if self.line > 0 {
+            write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        } else if !self.file.is_empty() {
+            write!(f, "{}: ", self.file)?;
+        }
+        write!(f, "{}: ", self.severity)?;
+        match (&self.rule, &self.field) {
+            (Some(r), Some(field)) if self.line == 0 => write!(f, "rule `{r}`, field `{field}`: ")?,
+            (Some(r), _) => write!(f, "rule `{r}`: ")?,
+            (None, Some(field)) if self.line == 0 => write!(f, "field `{field}`: ")?,
+            (None, _) => {}
         }
         f.write_str(&self.message)
     }

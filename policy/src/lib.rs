@@ -54,30 +54,35 @@ mod decision;
 mod def;
 mod diag;
 mod index;
+mod input;
 mod key;
 #[cfg(feature = "tower")]
 mod layer;
 mod metrics;
 mod model;
 mod policy;
+mod policy_def_builder;
 mod raw;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod reload;
+mod rule_builder;
 mod state;
 mod table;
 mod validate;
 
 pub use attrs::{AttrName, Attrs};
 pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
-pub use decision::{Decision, RuleDecision};
+pub use decision::{Decision, RuleDecision, push_sf_string};
 pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, StateSettings};
 pub use diag::{Code, Diagnostic, Error, Severity};
 #[cfg(feature = "tower")]
 pub use layer::{ExtraAttrs, PolicyLayer, PolicyService};
 pub use metrics::RuleStats;
 pub use policy::{Policy, PolicyBuilder};
+pub use policy_def_builder::PolicyDefBuilder;
 pub use reload::{Reloaded, Watcher};
+pub use rule_builder::{Choice, RuleBuilder};
 
 /// The crate README's Rust snippet, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -62,6 +62,7 @@ pub(crate) fn read(path: &std::path::Path) -> Result<(String, String), Error> {
             line: 1,
             column: 1,
             rule: None,
+            field: None,
             message: format!("cannot read the rule file: {e}"),
         })),
     }
@@ -189,6 +190,7 @@ pub(crate) fn plan(
                     line: rule.line(),
                     column: 1,
                     rule: Some(rule.name().to_owned()),
+                    field: None,
                     message,
                 });
                 break;

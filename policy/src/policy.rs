@@ -138,15 +138,23 @@ impl PolicyBuilder {
         self.build(&text, Some(&name))
     }
 
-    fn build(self, text: &str, file: Option<&str>) -> Result<Policy, Error> {
-        let def = PolicyDef::parse(text, file)?;
-        let compiled = compile(
-            def,
-            None,
-            self.remote.as_deref(),
-            self.pool.as_ref(),
-            file.unwrap_or("<policy>"),
-        )?;
+    /// The policy `def` describes (built from values or read from a file); see
+    /// [`Policy::from_def`].
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Code, Policy, PolicyDef, RedisSettings, RuleDef};
+    /// let def = PolicyDef::builder()
+    ///     .redis(RedisSettings::new("redis://h"))
+    ///     .rule(RuleDef::builder("r").limit("1/s").backend("redis"))
+    ///     .build()?;
+    /// // Without a factory for Redis-backed rules, building them fails.
+    /// let err = Policy::builder().from_def(def).unwrap_err();
+    /// assert_eq!(err.diagnostics()[0].code, Code::Build);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn from_def(self, def: PolicyDef) -> Result<Policy, Error> {
+        let file = def.source().to_owned();
+        let compiled = compile(def, None, self.remote.as_deref(), self.pool.as_ref(), &file)?;
         Ok(Policy {
             current: ArcSwap::from_pointee(compiled),
             clock: DefaultClock::default(),
@@ -155,6 +163,10 @@ impl PolicyBuilder {
             reload: Mutex::new(ReloadStats::default()),
             reloading: Mutex::new(()),
         })
+    }
+
+    fn build(self, text: &str, file: Option<&str>) -> Result<Policy, Error> {
+        self.from_def(PolicyDef::parse(text, file)?)
     }
 }
 
@@ -184,6 +196,25 @@ impl Policy {
     /// ```
     pub fn from_path(path: impl AsRef<std::path::Path>) -> Result<Policy, Error> {
         PolicyBuilder::default().from_path(path)
+    }
+
+    /// The policy `def` describes: rules built from values
+    /// ([`PolicyDef::builder`]) or read from a file ([`PolicyDef::parse`]), already
+    /// validated; this builds their limiters.
+    ///
+    /// ```
+    /// use sluicegate_policy::{Policy, PolicyDef, RuleDef};
+    /// let def = PolicyDef::builder()
+    ///     .rule(RuleDef::builder("login").matching("path", "/login").key(["ip"]).limit("1/minute"))
+    ///     .build()?;
+    /// let p = Policy::from_def(def)?;
+    /// let req = [("path", "/login"), ("ip", "192.0.2.1")];
+    /// assert!(p.check_n_at(&req, 1, 0).allowed());
+    /// assert!(!p.check_n_at(&req, 1, 0).allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn from_def(def: PolicyDef) -> Result<Policy, Error> {
+        PolicyBuilder::default().from_def(def)
     }
 
     /// Options: a factory for Redis-backed rules.

@@ -3,11 +3,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use toml::Spanned;
 
-pub(crate) type S<T> = Spanned<T>;
+use crate::input::{At, DefaultsIn, FileIn, Loc, RedisIn, RuleIn, SettingsIn};
+use crate::rule_builder::Choice;
+
+type S<T> = Spanned<T>;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -92,8 +97,134 @@ impl<'de> Deserialize<'de> for RawValue {
     }
 }
 
+impl RawFile {
+    /// The file as the validator takes it: every value located in `text`.
+    pub(crate) fn into_input(self, text: &str) -> FileIn {
+        let t = Text(text);
+        let d = self.defaults;
+        FileIn {
+            defaults: DefaultsIn {
+                settings: t.settings(
+                    "defaults.",
+                    [d.algorithm, d.backend, d.on_error, d.mode],
+                    d.capacity,
+                ),
+                ipv6_prefix: d.ipv6_prefix.map(|v| t.at(v, "defaults.ipv6_prefix")),
+            },
+            redis: self.redis.map(|r| {
+                let r = r.into_inner();
+                RedisIn {
+                    url: t.at(r.url, "redis.url"),
+                    prefix: r.prefix.map(|v| t.at(v, "redis.prefix")),
+                    lease_horizon_ms: r
+                        .lease_horizon_ms
+                        .map(|v| t.at(v, "redis.lease_horizon_ms")),
+                    lease_ttl_ms: r.lease_ttl_ms.map(|v| t.at(v, "redis.lease_ttl_ms")),
+                }
+            }),
+            state_memory: self
+                .state
+                .map(|s| t.choice(s.into_inner().memory, "state.memory".into())),
+            rules: self
+                .rule
+                .into_iter()
+                .map(|r| t.rule(r.into_inner()))
+                .collect(),
+        }
+    }
+}
+
+/// Locates values in the text they were read from.
+#[derive(Clone, Copy)]
+struct Text<'a>(&'a str);
+
+impl Text<'_> {
+    fn at<T>(self, v: S<T>, field: impl Into<Cow<'static, str>>) -> At<T> {
+        let span = Some((v.span().start, content_start(&v, self.0)));
+        At {
+            v: v.into_inner(),
+            loc: Loc {
+                field: field.into(),
+                span,
+            },
+        }
+    }
+
+    /// `algorithm`, `backend`, `on_error`, `mode` (in that order) and `capacity`,
+    /// their fields named after `prefix`.
+    fn settings(
+        self,
+        prefix: &str,
+        [algorithm, backend, on_error, mode]: [Option<S<String>>; 4],
+        capacity: Option<S<i64>>,
+    ) -> SettingsIn {
+        let field = |name: &str| format!("{prefix}{name}");
+        SettingsIn {
+            algorithm: algorithm.map(|v| self.choice(v, field("algorithm"))),
+            backend: backend.map(|v| self.choice(v, field("backend"))),
+            on_error: on_error.map(|v| self.choice(v, field("on_error"))),
+            mode: mode.map(|v| self.choice(v, field("mode"))),
+            capacity: capacity.map(|v| self.at(v, field("capacity"))),
+        }
+    }
+
+    fn choice<T>(self, v: S<String>, field: String) -> At<Choice<T>> {
+        let At { v, loc } = self.at(v, field);
+        At {
+            v: Choice::Name(v),
+            loc,
+        }
+    }
+
+    fn rule(self, r: RawRule) -> RuleIn {
+        let matches = r.matches.map_or_else(Vec::new, |m| {
+            m.into_inner()
+                .into_iter()
+                .map(|(name, value)| {
+                    let field = format!("match.{}", name.get_ref());
+                    let name = self.at(name, "match");
+                    let value = match self.at(value, field.clone()) {
+                        At {
+                            v: RawValue::One(s),
+                            loc,
+                        } => At {
+                            v: vec![At {
+                                v: s,
+                                loc: loc.clone(),
+                            }],
+                            loc,
+                        },
+                        At {
+                            v: RawValue::Many(all),
+                            loc,
+                        } => At {
+                            v: all.into_iter().map(|s| self.at(s, field.clone())).collect(),
+                            loc,
+                        },
+                    };
+                    (name, value)
+                })
+                .collect()
+        });
+        RuleIn {
+            name: self.at(r.name, "name"),
+            matches,
+            key: r.key.map_or_else(Vec::new, |k| {
+                k.into_inner()
+                    .into_iter()
+                    .map(|k| self.at(k, "key"))
+                    .collect()
+            }),
+            limit: Some(self.at(r.limit, "limit")),
+            settings: self.settings("", [r.algorithm, r.backend, r.on_error, r.mode], r.capacity),
+            stripes: r.stripes.map(|v| self.at(v, "stripes")),
+            max_delay_ms: r.max_delay_ms.map(|v| self.at(v, "max_delay_ms")),
+        }
+    }
+}
+
 /// Where the text of a string value starts: after its opening quote(s).
-pub(crate) fn content_start<T>(v: &S<T>, text: &str) -> usize {
+fn content_start<T>(v: &S<T>, text: &str) -> usize {
     let s = v.span().start;
     let rest = text.get(s..).unwrap_or("");
     if rest.starts_with("\"\"\"") || rest.starts_with("'''") {

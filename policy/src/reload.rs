@@ -87,6 +87,31 @@ impl Policy {
         }
     }
 
+    /// Replaces the rules with those of `def` (built from values or read from a
+    /// file); the same as [`Self::reload_from_toml`] otherwise: unchanged rules keep
+    /// their state.
+    ///
+    /// ```
+    /// use sluicegate_policy::{Policy, PolicyDef, RuleDef};
+    /// let rule = |limit: &str| RuleDef::builder("a").limit(limit).algorithm("fixed_window");
+    /// let def = |limit: &str| PolicyDef::builder().rule(rule(limit)).build();
+    /// let p = Policy::from_def(def("1/minute")?)?;
+    /// assert!(p.check_n_at(&[("k", "v")], 1, 0).allowed());
+    /// let r = p.reload_from_def(def("2/minute")?)?;
+    /// assert_eq!(r.changed, 1);
+    /// // The window's count carried over: one of two is left.
+    /// assert!(p.check_n_at(&[("k", "v")], 1, 0).allowed());
+    /// assert!(!p.check_n_at(&[("k", "v")], 1, 0).allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn reload_from_def(&self, def: PolicyDef) -> Result<Reloaded, Error> {
+        let _one = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.swap_in(def)
+    }
+
     fn reload(&self, text: &str, file: Option<&str>) -> Result<Reloaded, Error> {
         // One reload at a time: each plans against the generation it replaces.
         let _one = self
@@ -94,15 +119,21 @@ impl Policy {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let def = PolicyDef::parse(text, file).map_err(|e| self.failed(e))?;
+        self.swap_in(def)
+    }
+
+    /// Compiles `def` against the rules in force and swaps it in (the caller holds
+    /// `reloading`).
+    fn swap_in(&self, def: PolicyDef) -> Result<Reloaded, Error> {
         let old = self.current.load_full();
         let warnings = def.warnings.clone();
-        let file = file.unwrap_or("<policy>");
+        let file = def.source().to_owned();
         let mut new = compile(
             def,
             Some(&old),
             self.remote.as_deref(),
             self.pool.as_ref(),
-            file,
+            &file,
         )
         .map_err(|e| self.failed(e))?;
         let mut r = Reloaded {

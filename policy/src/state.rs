@@ -12,6 +12,10 @@ use crate::diag::{Code, Diagnostic, Error, Severity};
 /// all but 0.02 % of new keys), and its share of the sketch.
 const BYTES_PER_KEY: usize = 21;
 
+/// The least a pool is given: more than one group of 8 slots and the sketch's
+/// floor of cells (1,152 bytes, see `Pool::with_memory`).
+const SMALLEST_POOL: usize = 2 << 10;
+
 /// Whether `rule` keeps keys in the policy's pool: a keyed rule on the local
 /// backend, or a keyed Redis rule falling back to a local limit.
 pub(crate) fn uses_pool(rule: &RuleDef) -> bool {
@@ -47,10 +51,13 @@ pub(crate) fn choose(
     if let Some(p) = given {
         return Ok(Some(p.clone()));
     }
-    let want = wanted(def).min(def.state().memory);
+    let want = wanted(def);
     if want == 0 {
         return Ok(old.cloned());
     }
+    // A few keys would ask for less than one group of slots and the sketch's
+    // floor, which `Pool::with_memory` refuses.
+    let want = want.max(SMALLEST_POOL).min(def.state().memory);
     if let (Some(p), Some(o)) = (old, old_def) {
         if o.state() == def.state() && p.memory().saturating_mul(2) >= want {
             return Ok(Some(p.clone()));
@@ -64,6 +71,7 @@ pub(crate) fn choose(
             line: 1,
             column: 1,
             rule: None,
+            field: Some("state.memory".into()),
             message: format!("the keyed state ({want} bytes, [state] memory): {e}"),
         })
     })

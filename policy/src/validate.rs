@@ -1,11 +1,15 @@
-//! From TOML text to a [`PolicyDef`]: every check, each finding located.
+//! The one validator: rule-file text ([`crate::raw`]) and values
+//! ([`crate::builder`]) both arrive as a [`FileIn`] and leave as a [`PolicyDef`],
+//! or as every error found, each located at its line and column (text) or its
+//! rule and field (values).
 
 use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 use std::time::Duration;
 
-use sluicegate::{Kind, Spec, SpecError};
+use sluicegate::{Kind, Quota, Spec, SpecError};
 
 use crate::attrs::AttrName;
 use crate::cond::{Cidr, Cond, Value};
@@ -14,22 +18,37 @@ use crate::def::{
     StateSettings,
 };
 use crate::diag::{Code, Diagnostic, Error, Lines, Severity};
-use crate::raw::{RawFile, RawRule, RawValue, S, content_start};
+use crate::input::{At, FileIn, Loc, RedisIn, RuleIn};
+use crate::raw::RawFile;
+use crate::rule_builder::Choice;
 
 /// The most keys one rule's table may be asked for (2³²; 16 bytes each).
 const MAX_CAPACITY: i64 = 1 << 32;
 
 struct Ctx<'a> {
     file: &'a str,
-    lines: Lines<'a>,
-    text: &'a str,
+    /// The text values were read from; `None` for values.
+    lines: Option<Lines<'a>>,
     out: Vec<Diagnostic>,
     rule: Option<String>,
 }
 
 impl Ctx<'_> {
-    fn at(&mut self, severity: Severity, code: Code, offset: usize, message: String) {
-        let (line, column) = self.lines.locate(offset);
+    /// A finding at `loc`, `pos` bytes into its string when given.
+    fn push(
+        &mut self,
+        severity: Severity,
+        code: Code,
+        loc: &Loc,
+        pos: Option<usize>,
+        message: String,
+    ) {
+        let (line, column) = match (&self.lines, loc.span) {
+            (Some(lines), Some((start, content))) => {
+                lines.locate(pos.map_or(start, |p| content + p))
+            }
+            _ => (0, 0),
+        };
         self.out.push(Diagnostic {
             severity,
             code,
@@ -37,55 +56,85 @@ impl Ctx<'_> {
             line,
             column,
             rule: self.rule.clone(),
+            field: Some(loc.field.clone().into_owned()),
             message,
         });
     }
-    fn err<T>(&mut self, code: Code, v: &S<T>, message: String) {
-        self.at(Severity::Error, code, v.span().start, message);
+    fn err<T>(&mut self, code: Code, v: &At<T>, message: String) {
+        self.push(Severity::Error, code, &v.loc, None, message);
+    }
+    fn warn<T>(&mut self, code: Code, v: &At<T>, message: String) {
+        self.push(Severity::Warning, code, &v.loc, None, message);
     }
     /// An error inside a string value, `pos` bytes into its text.
-    fn err_in(&mut self, code: Code, v: &S<String>, pos: usize, message: String) {
-        let start = content_start(v, self.text);
-        self.at(Severity::Error, code, start + pos, message);
+    fn err_in(&mut self, code: Code, v: &At<String>, pos: usize, message: String) {
+        self.push(Severity::Error, code, &v.loc, Some(pos), message);
     }
-    fn choice<T: FromStr<Err = String>>(&mut self, v: Option<&S<String>>, default: T) -> T {
-        match v {
+    /// The line a value is on (0 for values).
+    fn line(&self, loc: &Loc) -> usize {
+        match (&self.lines, loc.span) {
+            (Some(lines), Some((start, _))) => lines.locate(start).0,
+            _ => 0,
+        }
+    }
+    fn choice<T: FromStr<Err = String> + Copy>(
+        &mut self,
+        v: Option<&At<Choice<T>>>,
+        default: T,
+    ) -> T {
+        match v.map(|a| (a, &a.v)) {
             None => default,
-            Some(s) => match s.get_ref().parse() {
+            Some((_, Choice::Value(t))) => *t,
+            Some((a, Choice::Name(s))) => match s.parse() {
                 Ok(t) => t,
                 Err(e) => {
-                    self.err(Code::BadValue, s, e);
+                    self.err(Code::BadValue, a, e);
                     default
                 }
             },
         }
     }
+    fn has_errors(&self, since: usize) -> bool {
+        self.out[since..]
+            .iter()
+            .any(|d| d.severity == Severity::Error)
+    }
 }
 
+/// Reads and validates rule-file text.
 pub(crate) fn parse(text: &str, file: &str) -> Result<PolicyDef, Error> {
-    let mut cx = Ctx {
-        file,
-        lines: Lines::new(text),
-        text,
-        out: Vec::new(),
-        rule: None,
-    };
     let raw: RawFile = match toml::from_str(text) {
         Ok(r) => r,
         Err(e) => {
-            let offset = e.span().map_or(0, |s| s.start);
-            cx.at(
-                Severity::Error,
-                Code::Syntax,
-                offset,
-                e.message().to_owned(),
-            );
-            return Err(Error {
-                diagnostics: cx.out,
-            });
+            let (line, column) = Lines::new(text).locate(e.span().map_or(0, |s| s.start));
+            return Err(Error::one(Diagnostic {
+                severity: Severity::Error,
+                code: Code::Syntax,
+                file: file.to_owned(),
+                line,
+                column,
+                rule: None,
+                field: None,
+                message: e.message().to_owned(),
+            }));
         }
     };
-    let d = &raw.defaults;
+    validate(raw.into_input(text), file, Some(Lines::new(text)))
+}
+
+/// Validates a policy given as values.
+pub(crate) fn values(input: FileIn, file: &str) -> Result<PolicyDef, Error> {
+    validate(input, file, None)
+}
+
+fn validate(f: FileIn, file: &str, lines: Option<Lines<'_>>) -> Result<PolicyDef, Error> {
+    let mut cx = Ctx {
+        file,
+        lines,
+        out: Vec::new(),
+        rule: None,
+    };
+    let d = &f.defaults.settings;
     let kind = match &d.algorithm {
         Some(a) => kind(&mut cx, a).unwrap_or(DEFAULT_KIND),
         None => DEFAULT_KIND,
@@ -97,58 +146,67 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<PolicyDef, Error> {
         Some(c) => capacity(&mut cx, c),
         None => DEFAULT_CAPACITY,
     };
-    let ipv6_prefix = match &d.ipv6_prefix {
-        Some(p) if (1..=128).contains(p.get_ref()) => *p.get_ref() as u8,
+    let ipv6_prefix = match &f.defaults.ipv6_prefix {
+        Some(p) if (1..=128).contains(&p.v) => p.v as u8,
         Some(p) => {
             cx.err(Code::BadValue, p, "ipv6_prefix must be 1 to 128".into());
             64
         }
         None => 64,
     };
-    let redis = raw.redis.as_ref().and_then(|r| redis(&mut cx, r));
+    let redis = f.redis.as_ref().and_then(|r| redis(&mut cx, r));
     let mut state = StateSettings::default();
-    if let Some(m) = raw.state.as_ref().map(|s| &s.get_ref().memory) {
-        match StateSettings::parse_memory(m.get_ref()) {
+    if let Some(m) = &f.state_memory {
+        // A number of bytes is checked as the file's bytes are.
+        let parsed = match &m.v {
+            Choice::Name(text) => StateSettings::parse_memory(text),
+            Choice::Value(bytes) => StateSettings::parse_memory(&bytes.to_string()),
+        };
+        match parsed {
             Ok(bytes) => state.memory = bytes,
             Err(e) => cx.err(Code::BadValue, m, e),
         }
     }
     let defaults = Defaults {
         kind,
-        kind_at: d.algorithm.as_ref().map(|a| a.span().start),
+        kind_at: d.algorithm.as_ref().map(|a| a.loc.clone()),
         backend,
-        backend_at: d.backend.as_ref().map(|b| b.span().start),
+        backend_at: d.backend.as_ref().map(|b| b.loc.clone()),
         on_error,
         mode,
         capacity,
-        has_redis: raw.redis.is_some(),
+        has_redis: f.redis.is_some(),
     };
-    let mut rules: Vec<RuleDef> = Vec::with_capacity(raw.rule.len());
-    let mut names: HashMap<String, usize> = HashMap::new();
-    let mut seen = Seen::new();
-    for r in &raw.rule {
-        let r = r.get_ref();
-        cx.rule = Some(r.name.get_ref().clone());
-        if let Some(line) = names.get(r.name.get_ref()) {
-            let msg = format!("a rule with this name is already defined on line {line}");
-            cx.err(Code::DuplicateName, &r.name, msg);
+    let mut rules: Vec<RuleDef> = Vec::with_capacity(f.rules.len());
+    let mut names: HashMap<&str, usize> = HashMap::with_capacity(f.rules.len());
+    let mut same: HashMap<u64, Vec<usize>> = HashMap::new();
+    for r in &f.rules {
+        cx.rule = Some(r.name.v.clone());
+        let line = cx.line(&r.name.loc);
+        match names.get(r.name.v.as_str()) {
+            Some(0) => {
+                let msg = "a rule with this name is already defined".to_owned();
+                cx.err(Code::DuplicateName, &r.name, msg);
+            }
+            Some(earlier) => {
+                let msg = format!("a rule with this name is already defined on line {earlier}");
+                cx.err(Code::DuplicateName, &r.name, msg);
+            }
+            None => {
+                names.insert(&r.name.v, line);
+            }
         }
-        if r.name.get_ref().is_empty() {
-            cx.err(
-                Code::BadValue,
-                &r.name,
-                "a rule needs a non-empty name".into(),
-            );
+        if r.name.v.is_empty() {
+            let msg = "a rule needs a non-empty name".to_owned();
+            cx.err(Code::BadValue, &r.name, msg);
         }
-        let line = cx.lines.locate(r.name.span().start).0;
-        names.entry(r.name.get_ref().clone()).or_insert(line);
         if let Some(rule) = rule(&mut cx, r, &defaults, line) {
-            shadowed(&mut cx, &rule, &rules, &mut seen, r);
+            shadowed(&mut cx, &rule, &rules, &mut same, &r.name);
             rules.push(rule);
         }
         cx.rule = None;
     }
-    if cx.out.iter().any(|d| d.severity == Severity::Error) {
+    if cx.has_errors(0) {
         cx.out
             .sort_by_key(|d| (d.severity == Severity::Warning, d.line, d.column));
         return Err(Error {
@@ -162,37 +220,37 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<PolicyDef, Error> {
         state,
         ipv6_prefix,
         warnings: cx.out,
+        file: file.to_owned(),
     })
 }
 
 struct Defaults {
     kind: Kind,
-    kind_at: Option<usize>,
+    kind_at: Option<Loc>,
     backend: Backend,
-    backend_at: Option<usize>,
+    backend_at: Option<Loc>,
     on_error: OnError,
     mode: Mode,
     capacity: usize,
     has_redis: bool,
 }
 
-fn kind(cx: &mut Ctx<'_>, a: &S<String>) -> Option<Kind> {
-    match a.get_ref().parse::<Kind>() {
-        Ok(k) => Some(k),
-        Err(e) => {
-            cx.err(
-                Code::UnknownAlgorithm,
-                a,
-                format!("{e} (got `{}`)", a.get_ref()),
-            );
-            None
-        }
+fn kind(cx: &mut Ctx<'_>, a: &At<Choice<Kind>>) -> Option<Kind> {
+    match &a.v {
+        Choice::Value(k) => Some(*k),
+        Choice::Name(s) => match s.parse::<Kind>() {
+            Ok(k) => Some(k),
+            Err(e) => {
+                cx.err(Code::UnknownAlgorithm, a, format!("{e} (got `{s}`)"));
+                None
+            }
+        },
     }
 }
 
-fn capacity(cx: &mut Ctx<'_>, c: &S<i64>) -> usize {
-    match usize::try_from(*c.get_ref()) {
-        Ok(n) if n > 0 && *c.get_ref() <= MAX_CAPACITY => n,
+fn capacity(cx: &mut Ctx<'_>, c: &At<i64>) -> usize {
+    match usize::try_from(c.v) {
+        Ok(n) if n > 0 && c.v <= MAX_CAPACITY => n,
         _ => {
             let msg = format!("capacity must be 1 to {MAX_CAPACITY} keys");
             cx.err(Code::BadValue, c, msg);
@@ -201,17 +259,16 @@ fn capacity(cx: &mut Ctx<'_>, c: &S<i64>) -> usize {
     }
 }
 
-fn redis(cx: &mut Ctx<'_>, r: &S<crate::raw::RawRedis>) -> Option<RedisSettings> {
-    let url = &r.get_ref().url;
+fn redis(cx: &mut Ctx<'_>, r: &RedisIn) -> Option<RedisSettings> {
+    let url = &r.url;
     let ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
         .iter()
-        .any(|s| url.get_ref().starts_with(s) && url.get_ref().len() > s.len());
+        .any(|s| url.v.starts_with(s) && url.v.len() > s.len());
     if !ok {
         let msg = "the Redis URL must start with redis://, rediss:// or unix:// and name a server";
         cx.err(Code::Redis, url, msg.into());
         return None;
     }
-    let r = r.get_ref();
     let lease_horizon = r
         .lease_horizon_ms
         .as_ref()
@@ -220,24 +277,22 @@ fn redis(cx: &mut Ctx<'_>, r: &S<crate::raw::RawRedis>) -> Option<RedisSettings>
         .lease_ttl_ms
         .as_ref()
         .and_then(|ms| lease_ms(cx, ms, "lease_ttl_ms"));
-    Some(RedisSettings {
-        url: url.get_ref().clone(),
-        prefix: r
-            .prefix
-            .as_ref()
-            .map_or_else(|| "sluicegate:".to_owned(), |p| p.get_ref().clone()),
-        lease_horizon,
-        lease_ttl,
-    })
+    let mut settings = RedisSettings::new(url.v.clone());
+    if let Some(p) = &r.prefix {
+        settings.prefix.clone_from(&p.v);
+    }
+    settings.lease_horizon = lease_horizon;
+    settings.lease_ttl = lease_ttl;
+    Some(settings)
 }
 
 /// The longest lease horizon or lifetime a `[redis]` table may set: an hour.
 const MAX_LEASE_MS: i64 = 3_600_000;
 
 /// A `[redis]` lease duration: 1 ms to an hour.
-fn lease_ms(cx: &mut Ctx<'_>, ms: &S<i64>, field: &str) -> Option<Duration> {
-    match u64::try_from(*ms.get_ref()) {
-        Ok(n) if n > 0 && *ms.get_ref() <= MAX_LEASE_MS => Some(Duration::from_millis(n)),
+fn lease_ms(cx: &mut Ctx<'_>, ms: &At<i64>, field: &str) -> Option<Duration> {
+    match u64::try_from(ms.v) {
+        Ok(n) if n > 0 && ms.v <= MAX_LEASE_MS => Some(Duration::from_millis(n)),
         _ => {
             let msg = format!("{field} must be 1 to {MAX_LEASE_MS} milliseconds");
             cx.err(Code::BadValue, ms, msg);
@@ -246,78 +301,83 @@ fn lease_ms(cx: &mut Ctx<'_>, ms: &S<i64>, field: &str) -> Option<Duration> {
     }
 }
 
-fn rule(cx: &mut Ctx<'_>, r: &RawRule, d: &Defaults, line: usize) -> Option<RuleDef> {
+fn rule(cx: &mut Ctx<'_>, r: &RuleIn, d: &Defaults, line: usize) -> Option<RuleDef> {
     let errors_before = cx.out.len();
-    let (kind, kind_at) = match &r.algorithm {
-        Some(a) => (kind(cx, a)?, a.span().start),
-        None => (d.kind, d.kind_at.unwrap_or(r.limit.span().start)),
+    let s = &r.settings;
+    let Some(limit) = &r.limit else {
+        let at = At::field((), "limit");
+        cx.err(Code::Syntax, &at, "missing field `limit`".into());
+        return None;
     };
-    let backend = r
+    let (kind, kind_at) = match &s.algorithm {
+        Some(a) => (kind(cx, a)?, a.loc.clone()),
+        None => (d.kind, d.kind_at.clone().unwrap_or(limit.loc.clone())),
+    };
+    let backend = cx.choice(s.backend.as_ref(), d.backend);
+    let backend_at = s
         .backend
         .as_ref()
-        .map_or(d.backend, |b| cx.choice(Some(b), d.backend));
-    let backend_at = r
-        .backend
-        .as_ref()
-        .map(|b| b.span().start)
-        .or(d.backend_at)
-        .unwrap_or(r.name.span().start);
-    let on_error = cx.choice(r.on_error.as_ref(), d.on_error);
-    let mode = cx.choice(r.mode.as_ref(), d.mode);
-    let capacity = r.capacity.as_ref().map_or(d.capacity, |c| capacity(cx, c));
+        .map(|b| b.loc.clone())
+        .or(d.backend_at.clone())
+        .unwrap_or(r.name.loc.clone());
+    let on_error = cx.choice(s.on_error.as_ref(), d.on_error);
+    let mode = cx.choice(s.mode.as_ref(), d.mode);
+    let capacity = s.capacity.as_ref().map_or(d.capacity, |c| capacity(cx, c));
 
-    let mut matches = Vec::new();
-    if let Some(m) = &r.matches {
-        for (name, value) in m.get_ref() {
-            match AttrName::parse(name.get_ref()) {
-                Ok(attr) => {
-                    let cond = cond(cx, &attr, value);
-                    if cond.is_empty() {
-                        let msg = format!(
-                            "`{attr}` is matched against an empty list, so this rule never matches"
-                        );
-                        cx.at(
-                            Severity::Warning,
-                            Code::NeverMatches,
-                            value.span().start,
-                            msg,
-                        );
-                    }
-                    matches.push((attr, cond));
-                }
-                Err(e) => cx.err(Code::BadAttribute, name, e),
+    let mut matches: Vec<(AttrName, Cond)> = Vec::with_capacity(r.matches.len());
+    for (name, value) in &r.matches {
+        match AttrName::parse(&name.v) {
+            Ok(attr) if matches.iter().any(|(a, _)| *a == attr) => {
+                cx.err(Code::BadValue, name, format!("`{attr}` is matched twice"));
             }
-        }
-    }
-    let mut key = Vec::new();
-    if let Some(k) = &r.key {
-        for name in k.get_ref() {
-            match AttrName::parse(name.get_ref()) {
-                Ok(a) if key.contains(&a) => {
-                    cx.err(
-                        Code::BadValue,
-                        name,
-                        format!("`{a}` is listed twice in key"),
+            Ok(attr) => {
+                let before = cx.out.len();
+                let cond = cond(cx, &attr, value);
+                // (Not when its values were rejected: those are errors already.)
+                if cond.is_empty() && !cx.has_errors(before) {
+                    let msg = format!(
+                        "`{attr}` is matched against an empty list, so this rule never matches"
                     );
+                    cx.warn(Code::NeverMatches, value, msg);
                 }
-                Ok(a) => key.push(a),
-                Err(e) => cx.err(Code::BadAttribute, name, e),
+                matches.push((attr, cond));
             }
+            Err(e) => cx.err(Code::BadAttribute, name, e),
         }
     }
-    let mut spec = match Spec::parse(kind, r.limit.get_ref()) {
+    // One order whatever the source (a file's `match` table is ordered by name).
+    matches.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut key = Vec::with_capacity(r.key.len());
+    for name in &r.key {
+        match AttrName::parse(&name.v) {
+            Ok(a) if key.contains(&a) => {
+                cx.err(
+                    Code::BadValue,
+                    name,
+                    format!("`{a}` is listed twice in key"),
+                );
+            }
+            Ok(a) => key.push(a),
+            Err(e) => cx.err(Code::BadAttribute, name, e),
+        }
+    }
+    let mut spec = match Spec::parse(kind, &limit.v) {
         Ok(s) => s,
         Err(e) => {
-            spec_error(cx, &r.limit, e);
+            spec_error(cx, limit, e);
             return None;
         }
     };
+    let mut max_delay_ms = None;
     if let Some(ms) = &r.max_delay_ms {
-        let ns = u64::try_from(*ms.get_ref())
+        let ns = u64::try_from(ms.v)
             .ok()
             .and_then(|m| m.checked_mul(1_000_000));
         match ns.map(|ns| spec.with_max_delay_ns(ns)) {
-            Some(Ok(s)) => spec = s,
+            Some(Ok(s)) => {
+                spec = s;
+                max_delay_ms = u64::try_from(ms.v).ok();
+            }
             Some(Err(e)) => cx.err(Code::Limit, ms, e.to_string()),
             None => cx.err(Code::BadValue, ms, "max_delay_ms must be 0 or more".into()),
         }
@@ -327,12 +387,12 @@ fn rule(cx: &mut Ctx<'_>, r: &RawRule, d: &Defaults, line: usize) -> Option<Rule
         let msg = format!(
             "{kind} cannot be keyed (its state is not one word); use it with key = [] or pick a keyed algorithm"
         );
-        cx.at(Severity::Error, Code::Limit, kind_at, msg);
+        cx.push(Severity::Error, Code::Limit, &kind_at, None, msg);
     }
     let mut stripes = 1;
     if let Some(s) = &r.stripes {
         let max = Spec::MAX_STRIPES as i64;
-        if !(1..=max).contains(s.get_ref()) {
+        if !(1..=max).contains(&s.v) {
             cx.err(Code::BadValue, s, format!("stripes must be 1 to {max}"));
         } else if !caps.striped {
             cx.err(Code::Limit, s, format!("{kind} cannot be striped"));
@@ -342,86 +402,74 @@ fn rule(cx: &mut Ctx<'_>, r: &RawRule, d: &Defaults, line: usize) -> Option<Rule
         } else if backend != Backend::Local {
             cx.err(Code::BadValue, s, "stripes need backend = \"local\"".into());
         } else {
-            stripes = *s.get_ref() as usize;
+            stripes = s.v as usize;
         }
     }
     if backend != Backend::Local {
         if !d.has_redis {
             let msg = format!("backend `{backend}` needs a [redis] table with the server's url");
-            cx.at(Severity::Error, Code::Redis, backend_at, msg);
+            cx.push(Severity::Error, Code::Redis, &backend_at, None, msg);
         } else if !caps.redis {
             let msg = format!("{kind} has no Redis script; use backend = \"local\"");
-            cx.at(Severity::Error, Code::Redis, backend_at, msg);
+            cx.push(Severity::Error, Code::Redis, &backend_at, None, msg);
         }
     }
     never_matches(cx, r);
-    if cx.out[errors_before..]
-        .iter()
-        .any(|d| d.severity == Severity::Error)
-    {
+    near_bound(cx, limit, &spec);
+    if cx.has_errors(errors_before) {
         return None;
     }
     Some(RuleDef {
-        name: r.name.get_ref().clone(),
+        name: r.name.v.clone(),
         line,
         matches,
+        match_values: r
+            .matches
+            .iter()
+            .map(|(n, v)| (n.v.clone(), v.v.iter().map(|s| s.v.clone()).collect()))
+            .collect(),
         key,
-        limit: r.limit.get_ref().clone(),
+        limit: limit.v.clone(),
         spec,
         backend,
         on_error,
         mode,
         capacity,
         stripes,
+        max_delay_ms,
     })
 }
 
-fn cond(cx: &mut Ctx<'_>, attr: &AttrName, v: &S<RawValue>) -> Cond {
-    let one = |cx: &mut Ctx<'_>, s: &str, at: usize| -> Option<Value> {
+fn cond(cx: &mut Ctx<'_>, attr: &AttrName, v: &At<Vec<At<String>>>) -> Cond {
+    if v.v.iter().any(|s| s.v == "*") {
+        return Cond::Present;
+    }
+    let one = |cx: &mut Ctx<'_>, s: &At<String>| -> Option<Value> {
         if attr.is_ip() {
-            match Cidr::parse(s) {
+            match Cidr::parse(&s.v) {
                 Ok(c) => Some(Value::Cidr(c)),
                 Err(e) => {
-                    cx.at(Severity::Error, Code::BadCidr, at, e);
+                    cx.err_in(Code::BadCidr, s, 0, e);
                     None
                 }
             }
-        } else if attr.is_path() && (s.contains('*') || s.contains('?')) {
-            Some(Value::Glob(s.into()))
+        } else if attr.is_path() && (s.v.contains('*') || s.v.contains('?')) {
+            Some(Value::Glob(s.v.as_str().into()))
         } else {
-            Some(Value::Exact(s.into()))
+            Some(Value::Exact(s.v.as_str().into()))
         }
     };
-    match v.get_ref() {
-        RawValue::One(s) if s == "*" => Cond::Present,
-        RawValue::One(s) => {
-            let at = content_start(v, cx.text);
-            Cond::Any(one(cx, s, at).into_iter().collect())
-        }
-        RawValue::Many(all) if all.iter().any(|s| s.get_ref() == "*") => Cond::Present,
-        RawValue::Many(all) => Cond::Any(
-            all.iter()
-                .filter_map(|s| {
-                    let at = content_start(s, cx.text);
-                    one(cx, s.get_ref(), at)
-                })
-                .collect(),
-        ),
-    }
+    Cond::Any(v.v.iter().filter_map(|s| one(cx, s)).collect())
 }
 
 /// Values no HTTP integration ever fills: a path without a leading `/`, a method
 /// in lower case.
-fn never_matches(cx: &mut Ctx<'_>, r: &RawRule) {
-    let Some(m) = &r.matches else { return };
-    for (name, value) in m.get_ref() {
-        let strings: Vec<&str> = match value.get_ref() {
-            RawValue::One(s) => vec![s],
-            RawValue::Many(v) => v.iter().map(|s| s.get_ref().as_str()).collect(),
-        };
+fn never_matches(cx: &mut Ctx<'_>, r: &RuleIn) {
+    for (name, value) in &r.matches {
+        let strings = &value.v;
         let all_bad =
-            |bad: &dyn Fn(&str) -> bool| !strings.is_empty() && strings.iter().all(|s| bad(s));
-        let msg = match name.get_ref().as_str() {
+            |bad: &dyn Fn(&str) -> bool| !strings.is_empty() && strings.iter().all(|s| bad(&s.v));
+        let msg = match name.v.as_str() {
             "path" if all_bad(&|s| !s.starts_with('/') && !s.starts_with('*')) => {
                 "paths start with `/`, so this rule never matches"
             }
@@ -430,63 +478,81 @@ fn never_matches(cx: &mut Ctx<'_>, r: &RawRule) {
             }
             _ => continue,
         };
-        cx.at(
-            Severity::Warning,
-            Code::NeverMatches,
-            value.span().start,
-            msg.into(),
-        );
+        cx.warn(Code::NeverMatches, value, msg.into());
     }
 }
 
-/// Earlier rules by a hash of what [`shadowed`] compares: a rule is compared
-/// only with those of its bucket, not with every earlier rule.
-type Seen = HashMap<u64, Vec<usize>>;
+/// A limit over half of its algorithm's bound: valid, but doubling it (a
+/// common next step) would be rejected.
+fn near_bound(cx: &mut Ctx<'_>, limit: &At<String>, spec: &Spec) {
+    for (i, q) in spec.quotas().iter().enumerate() {
+        let doubled = Quota::from_nanos(q.amount().saturating_mul(2), q.period_ns())
+            .burst(q.burst_size().saturating_mul(2));
+        if let Err(e) = Spec::new(spec.kind(), &[doubled]) {
+            let msg = format!(
+                "limit {} of `{}` is over half of what {} allows (twice it: {e})",
+                i + 1,
+                limit.v,
+                spec.kind()
+            );
+            let pos = quota_offset(&limit.v, i);
+            cx.push(Severity::Warning, Code::Limit, &limit.loc, Some(pos), msg);
+        }
+    }
+}
 
-fn shadowed(cx: &mut Ctx<'_>, rule: &RuleDef, earlier: &[RuleDef], seen: &mut Seen, r: &RawRule) {
-    let same = |o: &&RuleDef| {
+/// A rule identical to an earlier one (found by hash: linear in the rules).
+fn shadowed(
+    cx: &mut Ctx<'_>,
+    rule: &RuleDef,
+    earlier: &[RuleDef],
+    same: &mut HashMap<u64, Vec<usize>>,
+    name: &At<String>,
+) {
+    let mut h = DefaultHasher::new();
+    (&rule.matches, &rule.key, &rule.spec, rule.backend).hash(&mut h);
+    (rule.capacity, rule.stripes, rule.mode, rule.on_error).hash(&mut h);
+    let bucket = same.entry(h.finish()).or_default();
+    let is_same = |o: &RuleDef| {
         o.same_limiter(rule)
             && o.mode == rule.mode
             && o.on_error == rule.on_error
             && o.matches == rule.matches
     };
-    // Everything `same` compares (`same_limiter` compares a subset of these).
-    let mut h = std::hash::DefaultHasher::new();
-    (
-        &rule.key,
-        &rule.spec,
-        rule.backend,
-        rule.capacity,
-        rule.stripes,
-    )
-        .hash(&mut h);
-    (rule.mode, rule.on_error, &rule.matches).hash(&mut h);
-    let bucket = seen.entry(h.finish()).or_default();
-    if let Some(o) = bucket.iter().filter_map(|&i| earlier.get(i)).find(same) {
+    if let Some(o) = bucket
+        .iter()
+        .filter_map(|&i| earlier.get(i))
+        .find(|o| is_same(o))
+    {
+        let at = if o.line > 0 {
+            format!(" (line {})", o.line)
+        } else {
+            String::new()
+        };
         let msg = format!(
-            "identical to rule `{}` (line {}): it applies the same limit to the same requests a second time",
-            o.name, o.line
+            "identical to rule `{}`{at}: it applies the same limit to the same requests a second time",
+            o.name
         );
-        cx.at(Severity::Warning, Code::Shadowed, r.name.span().start, msg);
+        cx.warn(Code::Shadowed, name, msg);
     }
     bucket.push(earlier.len());
 }
 
 /// A rate-string or spec error, pointed at the character (parse errors) or the
 /// quota (bounds) it is about.
-fn spec_error(cx: &mut Ctx<'_>, limit: &S<String>, e: SpecError) {
+fn spec_error(cx: &mut Ctx<'_>, limit: &At<String>, e: SpecError) {
     match e {
         SpecError::Parse(p) => {
-            let msg = format!("bad limit `{}`: {}", limit.get_ref(), p.kind.message());
+            let msg = format!("bad limit `{}`: {}", limit.v, p.kind.message());
             cx.err_in(Code::BadRate, limit, p.position, msg);
         }
         SpecError::Config { index, error } => {
-            let pos = quota_offset(limit.get_ref(), index);
-            let msg = format!("limit `{}`: {error}", limit.get_ref());
+            let pos = quota_offset(&limit.v, index);
+            let msg = format!("limit `{}`: {error}", limit.v);
             cx.err_in(Code::Limit, limit, pos, msg);
         }
         e => {
-            let msg = format!("limit `{}`: {e}", limit.get_ref());
+            let msg = format!("limit `{}`: {e}", limit.v);
             cx.err_in(Code::Limit, limit, 0, msg);
         }
     }

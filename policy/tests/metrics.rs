@@ -37,7 +37,7 @@ fn parse(text: &str) -> HashMap<String, f64> {
         // name{label="value",...} number
         let (series, value) = line.rsplit_once(' ').unwrap();
         let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
-        // A series without labels is its bare name.
+        // A series without labels (`sluicegate_policy_state_bytes 123`) is valid.
         let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
         assert!(
             metric_name(name) && typed.contains(name),

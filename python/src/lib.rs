@@ -13,6 +13,7 @@ mod limiters;
 mod policy;
 mod quota;
 mod redis;
+mod rules;
 mod shaper;
 mod wait;
 
@@ -36,6 +37,7 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<keyed::PyKeyedStats>()?;
     m.add_class::<policy::PyPolicy>()?;
+    m.add_class::<rules::PyRule>()?;
     m.add_class::<policy::PyPolicyDecision>()?;
     m.add_class::<policy::PyRuleDecision>()?;
     m.add_class::<redis::PyRedisOptions>()?;

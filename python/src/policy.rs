@@ -12,7 +12,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString, PyTuple};
 use sluicegate_policy::redis::RedisFactory;
-use sluicegate_policy::{Attrs, Decision, Policy, RuleDecision, Watcher};
+use sluicegate_policy::{Attrs, Decision, Policy, PolicyDef, RuleDecision, Watcher};
 
 use crate::args::Cost;
 use crate::decision::secs;
@@ -99,6 +99,26 @@ fn has_remote(policy: &Policy) -> bool {
         .any(|r| r.backend() != sluicegate_policy::Backend::Local)
 }
 
+impl PyPolicy {
+    /// The policy `def` describes, unwatched (Redis-backed rules by the Redis
+    /// factory; the GIL released while they connect).
+    fn from_def(py: Python<'_>, def: PolicyDef) -> PyResult<Self> {
+        let inner = py
+            .detach(|| {
+                Policy::builder()
+                    .remote(RedisFactory::default())
+                    .from_def(def)
+            })
+            .map_err(invalid)?;
+        Ok(Self {
+            remote: has_remote(&inner),
+            inner: Arc::new(inner),
+            path: None,
+            watcher: Mutex::new(None),
+        })
+    }
+}
+
 #[pymethods]
 impl PyPolicy {
     /// Reads and validates the rule file at `path`; `watch=True` reloads it when it
@@ -148,17 +168,25 @@ impl PyPolicy {
 
     /// Validates and builds the rules in `text`.
     #[staticmethod]
-    fn from_str(text: &str) -> PyResult<Self> {
-        let inner = Policy::builder()
-            .remote(RedisFactory::default())
-            .from_toml(text)
-            .map_err(invalid)?;
-        Ok(Self {
-            remote: has_remote(&inner),
-            inner: Arc::new(inner),
-            path: None,
-            watcher: Mutex::new(None),
-        })
+    fn from_str(py: Python<'_>, text: &str) -> PyResult<Self> {
+        let def = PolicyDef::parse(text, None).map_err(invalid)?;
+        Self::from_def(py, def)
+    }
+
+    /// A policy from `Rule` objects (in order), with `defaults`, `redis` and
+    /// `state` as dicts of the rule file's `[defaults]`, `[redis]` and `[state]`
+    /// fields; validated as a file is (a `ValueError` naming the rule and field).
+    #[staticmethod]
+    #[pyo3(signature = (rules, *, defaults = None, redis = None, state = None))]
+    fn from_rules(
+        py: Python<'_>,
+        rules: &Bound<'_, PyAny>,
+        defaults: Option<&Bound<'_, PyDict>>,
+        redis: Option<&Bound<'_, PyDict>>,
+        state: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let def = crate::rules::policy_def(rules, defaults, redis, state)?;
+        Self::from_def(py, def)
     }
 
     /// One request, described by its attributes: `ip`, `path`, `method`, `host`,

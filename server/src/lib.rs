@@ -10,9 +10,9 @@
 //! lives here so that tests drive it directly.
 //!
 //! ```
-//! use sluicegate_server::{Domain, LimitKind};
+//! use sluicegate_server::{DescriptorTree, LimitKind};
 //! let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
-//! let domain = Domain::from_yaml("edge.yaml", yaml)?;
+//! let domain = DescriptorTree::from_yaml("edge.yaml", yaml)?;
 //! let limit = domain.resolve([("remote_address", "10.1.2.3")]).unwrap();
 //! assert!(matches!(limit.kind, LimitKind::Rate { requests_per_unit: 10, .. }));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -20,18 +20,19 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod engine;
+mod config;
+mod limit;
 mod metrics;
 mod overrides;
-mod server;
+mod rule_set;
+mod serve;
 mod service;
 mod toml_domain;
 mod yaml;
-mod yaml_rule;
+mod yaml_domain;
 
-pub use engine::{RuleSet, TableSettings};
-pub use server::{
-    build_rules, read_sources, shutdown_signal, BindError, Bound, Config, SERVICE_NAME,
-};
+pub use config::{build_rules, read_sources, Config, ConfigError};
+pub use rule_set::{RuleSet, TableSettings};
+pub use serve::{shutdown_signal, BindError, Bound, SERVICE_NAME};
 pub use service::ServiceSettings;
-pub use yaml::{unit_seconds, ConfigError, Domain, LimitDef, LimitKind};
+pub use yaml::{unit_seconds, DescriptorTree, LimitDef, LimitKind};

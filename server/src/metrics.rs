@@ -280,17 +280,6 @@ impl From<&sluicegate_policy::RuleStats> for TableCounts {
     }
 }
 
-impl TableCounts {
-    /// Field-wise sum.
-    pub fn add(self, o: Self) -> Self {
-        Self {
-            evicted: self.evicted + o.evicted,
-            rejected: self.rejected + o.rejected,
-            backend_errors: self.backend_errors + o.backend_errors,
-        }
-    }
-}
-
 /// Each limit's [`TableCounts`].
 pub fn render_table_counts<'a>(
     out: &mut String,

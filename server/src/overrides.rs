@@ -1,40 +1,51 @@
 //! Per-descriptor limit overrides (`RateLimitDescriptor.limit`, which Envoy fills
 //! from a route's `limit` action): `requests_per_unit` per `unit` for that one
 //! descriptor instead of the configured limit, as envoyproxy/ratelimit applies them
-//! (a fixed window, no shadow mode, no name). One fixed-window policy per distinct
-//! override, kept across config reloads, at most [`MAX_OVERRIDES`] of them.
+//! (a fixed window, no shadow mode, no name). One policy holds them all: a rule per
+//! distinct override, added when first seen (a reload that keeps the others'
+//! state), kept across config reloads, at most [`MAX_OVERRIDES`] of them.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use sluicegate_policy::Policy;
+use sluicegate_policy::{Decision, Policy, PolicyDef, RuleBuilder, RuleDef};
 
-use crate::engine::{Limited, Outcome};
-use crate::metrics::{HitResult, RuleMetrics};
+use crate::limit::OneLimit;
+use crate::metrics::RuleMetrics;
+use crate::rule_set::Outcome;
 use crate::yaml::unit_seconds;
-use crate::yaml_rule::descriptor_key;
+use crate::yaml_domain::descriptor_key;
 
-/// Distinct (requests, unit) overrides the server keeps a table for: each is a
+/// Distinct (requests, unit) overrides the server keeps a rule for: each is a
 /// table of its own, so a client cannot make the server allocate without bound.
 pub const MAX_OVERRIDES: usize = 256;
 
-/// The tables of the overrides seen so far.
+/// The attribute a check names its override's rule by.
+const RULE: &str = "limit";
+
+/// The overrides seen so far, as one policy.
 #[derive(Debug)]
 pub struct Overrides {
-    tables: Mutex<HashMap<(u32, Unit), Arc<Policy>>>,
+    seen: Mutex<Seen>,
     keys_per_limit: usize,
     /// Hits decided by overrides, all together (series `rule="(override)"`).
     pub metrics: Arc<RuleMetrics>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// `None` until the first override.
+    policy: Option<Arc<Policy>>,
+    /// The rules of `policy`, in order.
+    rules: Vec<(String, RuleBuilder)>,
 }
 
 impl Overrides {
     /// No override seen yet; each table holds `keys_per_limit` descriptors.
     pub fn new(keys_per_limit: usize) -> Self {
         Self {
-            tables: Mutex::default(),
+            seen: Mutex::default(),
             keys_per_limit,
             metrics: Arc::new(RuleMetrics::new(false)),
         }
@@ -48,26 +59,48 @@ impl Overrides {
             .ok_or_else(|| format!("limit override unit {unit} is not a known unit (SECOND…YEAR)"))
     }
 
-    fn table(&self, requests_per_unit: u32, unit: Unit) -> Result<Arc<Policy>, String> {
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = tables.get(&(requests_per_unit, unit)) {
+    /// The policy with a rule `name` for `requests_per_unit` per `window_s`
+    /// seconds, added (a reload keeping the others' state) if new.
+    fn policy(
+        &self,
+        name: &str,
+        requests_per_unit: u32,
+        window_s: u64,
+    ) -> Result<Arc<Policy>, String> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = seen
+            .policy
+            .as_ref()
+            .filter(|_| seen.rules.iter().any(|(n, _)| n == name))
+        {
             return Ok(p.clone());
         }
-        if tables.len() >= MAX_OVERRIDES {
+        if seen.rules.len() >= MAX_OVERRIDES {
             return Err(format!(
                 "more than {MAX_OVERRIDES} distinct limit overrides"
             ));
         }
-        let secs = unit_seconds(unit).ok_or("unknown unit")?;
-        let text = format!(
-            "[defaults]\ncapacity = {}\n\n[[rule]]\nname = \"override\"\nkey = [\"d\"]\nlimit = \"{requests_per_unit}/{secs}s\"\nalgorithm = \"fixed_window\"\n",
-            self.keys_per_limit
-        );
-        let policy = Arc::new(
-            Policy::from_toml(&text)
-                .map_err(|e| format!("limit override {requests_per_unit} per {unit:?}: {e}"))?,
-        );
-        tables.insert((requests_per_unit, unit), policy.clone());
+        let rule = RuleDef::builder(name)
+            .matching(RULE, name)
+            .key(["d"])
+            .limit(format!("{requests_per_unit}/{window_s}s"))
+            .algorithm(crate::yaml_domain::DEFAULT_ALGORITHM)
+            .capacity(self.keys_per_limit as u64);
+        let rules = seen
+            .rules
+            .iter()
+            .map(|(_, r)| r.clone())
+            .chain([rule.clone()]);
+        let built = PolicyDef::builder()
+            .rules(rules)
+            .build()
+            .and_then(|def| match &seen.policy {
+                Some(p) => p.reload_from_def(def).map(|_| p.clone()),
+                None => Policy::from_def(def).map(Arc::new),
+            });
+        let policy = built.map_err(|e| format!("limit override {name}: {e}"))?;
+        seen.rules.push((name.to_owned(), rule));
+        seen.policy = Some(policy.clone());
         Ok(policy)
     }
 
@@ -83,55 +116,33 @@ impl Overrides {
         headers: bool,
     ) -> Result<Outcome<'static>, String> {
         let (requests_per_unit, unit) = limit;
-        let window_ns = unit_seconds(unit).ok_or("unknown unit")? * 1_000_000_000;
-        let (allowed, remaining, reset_ns) = if requests_per_unit == 0 {
-            (false, 0, window_ns - now_ns % window_ns)
-        } else {
-            // The counter is the descriptor's, as upstream keys it: domain, keys, values.
-            let key = descriptor_key(domain, entries, '\u{1f}', '\u{1e}');
-            let d = self.table(requests_per_unit, unit)?.check_n_at(
-                &[("d", key.as_str())],
-                hits,
-                now_ns,
-            );
-            let decided = d.rules().next().map(|r| {
-                let reset = if r.allowed {
-                    r.reset_after_ns
-                } else {
-                    r.retry_after_ns.max(r.reset_after_ns)
-                };
-                (r.allowed, r.remaining, reset)
-            });
-            match decided {
-                Some(v) => v,
-                None => return Ok(Outcome::NoLimit),
-            }
+        let window_s = unit_seconds(unit).ok_or("unknown unit")?;
+        let name = format!("{requests_per_unit}/{window_s}s");
+        let policy = match requests_per_unit {
+            0 => None,
+            _ => Some(self.policy(&name, requests_per_unit, window_s)?),
         };
-        let result = if allowed {
-            HitResult::Allowed
-        } else {
-            HitResult::Denied
-        };
-        self.metrics.record(result, hits, String::new);
-        let headers = headers.then(|| {
-            let window = window_ns / 1_000_000_000;
-            (
-                format!("\"(override)\";q={requests_per_unit};w={window}"),
-                format!(
-                    "\"(override)\";r={};t={}",
-                    remaining.min(u64::from(u32::MAX)),
-                    reset_ns.div_ceil(1_000_000_000)
-                ),
-            )
-        });
-        Ok(Outcome::Limited(Limited {
-            name: Cow::Borrowed(""),
+        // The counter is the descriptor's, as upstream keys it: domain, keys, values.
+        let key = descriptor_key(domain, entries, '\u{1f}', '\u{1e}');
+        let one = OneLimit {
+            name: "",
+            header_name: "(override)",
             requests_per_unit,
             unit,
-            ok: allowed,
-            remaining,
-            reset_ns,
+            shadow: false,
+            metrics: &self.metrics,
+        };
+        let attrs = [(RULE, name.as_str()), ("d", key.as_str())];
+        let mut d = Decision::new();
+        Ok(crate::limit::decide(
+            one,
+            policy.as_deref(),
+            &attrs,
+            hits,
+            now_ns,
             headers,
-        }))
+            String::new,
+            &mut d,
+        ))
     }
 }

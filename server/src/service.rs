@@ -15,9 +15,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
 
-use crate::engine::{Outcome, RuleSet};
 use crate::metrics::ServerMetrics;
 use crate::overrides::Overrides;
+use crate::rule_set::{Outcome, RuleSet};
 
 /// Descriptors one request may carry: more is refused as malformed (Envoy sends a
 /// handful; a bound keeps one request's work bounded).
@@ -301,25 +301,6 @@ impl RateLimiter {
         }
         Ok(resp)
     }
-}
-
-/// A structured-field string (RFC 9651): quoted, `\` and `"` escaped, anything
-/// outside printable ASCII replaced by `?`.
-pub(crate) fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[tonic::async_trait]

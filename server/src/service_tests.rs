@@ -1,8 +1,8 @@
 //! Unit tests of the service (a file of its own to keep service.rs short).
 
 use super::*;
-use crate::engine::TableSettings;
-use crate::yaml::Domain;
+use crate::rule_set::TableSettings;
+use crate::yaml::DescriptorTree;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
 #[path = "../tests/common/request.rs"]
@@ -19,9 +19,9 @@ impl RateLimiter {
 
 fn service(headers: bool) -> RateLimiter {
     let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3, name: \"per \\\"k\\\"\"}\n  - key: free\n    rate_limit: {unlimited: true}\n";
-    let d = Domain::from_yaml("s.yaml", yaml).unwrap();
+    let d = DescriptorTree::from_yaml("s.yaml", yaml).unwrap();
     let rules = RuleSet::build(
-        vec![("s.yaml".into(), crate::engine::Source::Yaml(d))],
+        vec![("s.yaml".into(), crate::rule_set::Source::Yaml(d))],
         None,
         TableSettings { keys_per_limit: 64 },
     )

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use sluicegate_policy::redis::RedisFactory;
-use sluicegate_policy::{Attrs, Backend, Mode, Policy};
+use sluicegate_policy::{Attrs, Backend, Mode, Policy, PolicyDef};
 
-use crate::engine::{is_shadow, Limited, MetricRow, Outcome};
+use crate::config::ConfigError;
 use crate::metrics::{HitResult, RuleMetrics, TableCounts};
-use crate::yaml::{unit_seconds, ConfigError};
+use crate::rule_set::{is_shadow, Limited, MetricRow, Outcome};
+use crate::yaml::unit_seconds;
 
 /// A descriptor's entries as policy attributes (the first entry of a key wins).
 struct EntryAttrs<'a>(&'a [Entry]);
@@ -57,22 +58,20 @@ pub struct TomlDomain {
 }
 
 impl TomlDomain {
-    /// Builds the policy in `text` (already validated), or reloads `prev`'s policy in
+    /// Builds the policy `def` (read from `text`), or reloads `prev`'s policy in
     /// place so that unchanged rules keep their state.
     pub fn build(
         file: &str,
         domain: &str,
         text: &str,
+        def: PolicyDef,
         prev: Option<&TomlDomain>,
     ) -> Result<TomlDomain, ConfigError> {
-        let err = |e: sluicegate_policy::Error| ConfigError {
-            file: file.to_owned(),
-            message: e.to_string(),
-        };
+        let err = |e| ConfigError::policy(file, e);
         let policy = match prev {
             Some(p) => {
                 if p.text != text {
-                    p.policy.reload_from_toml(text).map_err(err)?;
+                    p.policy.reload_from_def(def).map_err(err)?;
                 }
                 p.policy.clone()
             }
@@ -80,7 +79,7 @@ impl TomlDomain {
             None => Arc::new(
                 Policy::builder()
                     .remote(RedisFactory::default())
-                    .from_toml(text)
+                    .from_def(def)
                     .map_err(err)?,
             ),
         };
@@ -155,11 +154,7 @@ impl TomlDomain {
             unit: unit_of(r.window_ns),
             ok: d.allowed(),
             remaining: r.remaining,
-            reset_ns: if r.allowed {
-                r.reset_after_ns
-            } else {
-                r.retry_after_ns.max(r.reset_after_ns)
-            },
+            reset_ns: r.reset_ns(),
             headers,
         })
     }

@@ -4,15 +4,16 @@
 //! The file is read into typed structs (unknown keys are errors with their line and
 //! column, as envoyproxy/ratelimit rejects unknown keys) and checked the way
 //! envoyproxy/ratelimit checks it (empty key, duplicate composite key, unit, unlimited
-//! with a unit, replaces). The result is a [`Domain`]: a lookup tree whose leaves
-//! point at [`LimitDef`]s, resolved per request descriptor by [`Domain::resolve`]
-//! with envoyproxy/ratelimit's precedence.
-
-use std::collections::HashMap;
-use std::fmt;
+//! with a unit, replaces). The result is a [`DescriptorTree`]: a lookup tree whose leaves
+//! point at [`LimitDef`]s, resolved per request descriptor by [`DescriptorTree::resolve`]
+//! with envoyproxy/ratelimit's precedence. A domain split across several files is
+//! one tree ([`DescriptorTree::merge`]).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use serde::Deserialize;
+use std::collections::HashMap;
+
+use crate::config::ConfigError;
 
 /// One YAML file's content.
 #[derive(Debug, Deserialize)]
@@ -68,34 +69,11 @@ struct YamlReplaces {
     name: String,
 }
 
-/// A problem in a configuration file; `Display` names the file and, where known,
-/// the line and column or the descriptor.
-///
-/// ```
-/// let e = sluicegate_server::Domain::from_yaml("a.yaml", "domain: ''\n").unwrap_err();
-/// assert_eq!((e.file.as_str(), e.to_string().as_str()), ("a.yaml", "a.yaml: config file cannot have empty domain"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The file (or directory) at fault.
-    pub file: String,
-    /// What is wrong, with the line/column or descriptor path.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.file, self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 /// What a limited descriptor node does.
 ///
 /// ```
-/// use sluicegate_server::{Domain, LimitKind};
-/// let d = Domain::from_yaml("u.yaml", "domain: u\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n").unwrap();
+/// use sluicegate_server::{DescriptorTree, LimitKind};
+/// let d = DescriptorTree::from_yaml("u.yaml", "domain: u\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n").unwrap();
 /// assert_eq!(d.limits()[0].kind, LimitKind::Unlimited);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +95,7 @@ pub enum LimitKind {
 ///
 /// ```
 /// let yaml = "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1, name: n}\n";
-/// let d = sluicegate_server::Domain::from_yaml("d.yaml", yaml).unwrap();
+/// let d = sluicegate_server::DescriptorTree::from_yaml("d.yaml", yaml).unwrap();
 /// let l = &d.limits()[0];
 /// assert_eq!((l.full_key.as_str(), l.name.as_str(), l.shadow, l.depth), ("d.k", "n", true, 1));
 /// ```
@@ -183,13 +161,56 @@ struct KeyChildren {
     any: Option<Box<Node>>,
 }
 
-/// One domain's descriptor tree and its limits.
+/// One domain's descriptor tree and its limits, from one file or several.
 #[derive(Debug)]
-pub struct Domain {
+pub struct DescriptorTree {
     /// The domain name requests carry.
     pub name: String,
     root: Level,
     limits: Vec<LimitDef>,
+    /// The file each top-level descriptor (by its full key) came from.
+    origins: HashMap<String, String>,
+}
+
+impl Level {
+    /// The full key of each descriptor at this level (`domain.key_value`).
+    fn full_keys<'a>(&'a self, domain: &'a str) -> impl Iterator<Item = String> + 'a {
+        self.by_key.iter().flat_map(move |(key, kc)| {
+            let exact = kc.exact.keys().map(move |v| format!("{domain}.{key}_{v}"));
+            let wild = kc
+                .wildcards
+                .iter()
+                .map(move |(p, _)| format!("{domain}.{key}_{}", p.join("*")));
+            let any = kc.any.iter().map(move |_| format!("{domain}.{key}"));
+            exact.chain(wild).chain(any)
+        })
+    }
+}
+
+impl KeyChildren {
+    /// Adds `by` to every limit index below (the limits of a merged file follow
+    /// those already there).
+    fn shift(&mut self, by: usize) {
+        let nodes = self
+            .exact
+            .values_mut()
+            .chain(self.wildcards.iter_mut().map(|(_, n)| n))
+            .chain(self.any.as_deref_mut());
+        for node in nodes {
+            node.shift(by);
+        }
+    }
+}
+
+impl Node {
+    fn shift(&mut self, by: usize) {
+        if let Some(l) = &mut self.limit {
+            *l += by;
+        }
+        for kc in self.children.by_key.values_mut() {
+            kc.shift(by);
+        }
+    }
 }
 
 /// `*` matches any run of characters (also none), the rest literally.
@@ -215,29 +236,27 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
     true
 }
 
-impl Domain {
+impl DescriptorTree {
     /// Parses one file's YAML text; `file` names it in errors.
     ///
     /// ```
-    /// use sluicegate_server::Domain;
-    /// let d = Domain::from_yaml("a.yaml", "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 5}\n").unwrap();
+    /// use sluicegate_server::DescriptorTree;
+    /// let d = DescriptorTree::from_yaml("a.yaml", "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 5}\n").unwrap();
     /// assert_eq!(d.name, "edge");
     /// assert_eq!(d.resolve([("ip", "10.0.0.1")]).unwrap().full_key, "edge.ip");
-    /// assert!(Domain::from_yaml("b.yaml", "domain: edge\nbogus: 1\n").unwrap_err().to_string().contains("bogus"));
+    /// assert!(DescriptorTree::from_yaml("b.yaml", "domain: edge\nbogus: 1\n").unwrap_err().to_string().contains("bogus"));
     /// ```
-    pub fn from_yaml(file: &str, text: &str) -> Result<Domain, ConfigError> {
-        let err = |message: String| ConfigError {
-            file: file.to_owned(),
-            message,
-        };
+    pub fn from_yaml(file: &str, text: &str) -> Result<DescriptorTree, ConfigError> {
+        let err = |message: String| ConfigError::new(file, message);
         let root: YamlRoot = serde_yaml_ng::from_str(text).map_err(|e| err(e.to_string()))?;
         if root.domain.is_empty() {
             return Err(err("config file cannot have empty domain".into()));
         }
-        let mut domain = Domain {
+        let mut domain = DescriptorTree {
             name: root.domain.clone(),
             root: Level::default(),
             limits: Vec::new(),
+            origins: HashMap::new(),
         };
         let mut level = Level::default();
         load_level(
@@ -248,11 +267,64 @@ impl Domain {
             &mut domain.limits,
         )
         .map_err(err)?;
+        domain.origins = level
+            .full_keys(&domain.name)
+            .map(|k| (k, file.to_owned()))
+            .collect();
         domain.root = level;
         for l in &mut domain.limits {
             l.domain.clone_from(&domain.name);
         }
         Ok(domain)
+    }
+
+    /// Adds the descriptors of `other`, another file of the same domain, as
+    /// envoyproxy/ratelimit merges a domain split across files: its top-level
+    /// descriptors join this tree's; one whose composite key is already here is an
+    /// error naming both files.
+    ///
+    /// ```
+    /// use sluicegate_server::DescriptorTree;
+    /// let limit = "rate_limit: {unit: second, requests_per_unit: 1}";
+    /// let mut a = DescriptorTree::from_yaml("a.yaml", &format!("domain: d\ndescriptors:\n  - key: k\n    value: a\n    {limit}\n"))?;
+    /// let b = DescriptorTree::from_yaml("b.yaml", &format!("domain: d\ndescriptors:\n  - key: k\n    value: b\n    {limit}\n"))?;
+    /// a.merge(b)?;
+    /// assert_eq!(a.resolve([("k", "b")]).unwrap().full_key, "d.k_b");
+    /// let again = DescriptorTree::from_yaml("c.yaml", &format!("domain: d\ndescriptors:\n  - key: k\n    value: a\n    {limit}\n"))?;
+    /// let err = a.merge(again).unwrap_err();
+    /// assert_eq!(err.to_string(), "c.yaml: duplicate descriptor composite key 'd.k_a' (also in a.yaml)");
+    /// # Ok::<(), sluicegate_server::ConfigError>(())
+    /// ```
+    pub fn merge(&mut self, other: DescriptorTree) -> Result<(), ConfigError> {
+        let shift = self.limits.len();
+        let DescriptorTree {
+            root,
+            limits,
+            origins,
+            ..
+        } = other;
+        // Check every key before changing anything (in order: one answer).
+        let mut keys: Vec<String> = root.full_keys(&self.name).collect();
+        keys.sort_unstable();
+        for key in keys {
+            if let Some(first) = self.origins.get(&key) {
+                let file = origins.get(&key).cloned().unwrap_or_default();
+                let msg = format!("duplicate descriptor composite key '{key}' (also in {first})");
+                return Err(ConfigError::new(file, msg));
+            }
+        }
+        for (key, mut kc) in root.by_key {
+            kc.shift(shift);
+            let here = self.root.by_key.entry(key).or_default();
+            here.exact.extend(kc.exact);
+            here.wildcards.extend(kc.wildcards);
+            if kc.any.is_some() {
+                here.any = kc.any;
+            }
+        }
+        self.limits.extend(limits);
+        self.origins.extend(origins);
+        Ok(())
     }
 
     /// The limit that applies to one request descriptor (its entries in order), as
@@ -262,9 +334,9 @@ impl Domain {
     /// apply to a longer descriptor). `None`: no limit applies.
     ///
     /// ```
-    /// use sluicegate_server::Domain;
+    /// use sluicegate_server::DescriptorTree;
     /// let yaml = "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n    descriptors:\n      - key: user\n        rate_limit: {unit: hour, requests_per_unit: 9}\n";
-    /// let d = Domain::from_yaml("x.yaml", yaml).unwrap();
+    /// let d = DescriptorTree::from_yaml("x.yaml", yaml).unwrap();
     /// assert_eq!(d.resolve([("k", "v")]).unwrap().full_key, "d.k_v");
     /// assert_eq!(d.resolve([("k", "v"), ("user", "u1")]).unwrap().full_key, "d.k_v.user");
     /// assert!(d.resolve([("k", "other")]).is_none());
@@ -280,7 +352,7 @@ impl Domain {
     /// [`Self::resolve`] as an index into [`Self::limits`].
     ///
     /// ```
-    /// let d = sluicegate_server::Domain::from_yaml("x.yaml", "domain: x\ndescriptors:\n  - key: a\n  - key: b\n    rate_limit: {unit: day, requests_per_unit: 1}\n").unwrap();
+    /// let d = sluicegate_server::DescriptorTree::from_yaml("x.yaml", "domain: x\ndescriptors:\n  - key: a\n  - key: b\n    rate_limit: {unit: day, requests_per_unit: 1}\n").unwrap();
     /// assert_eq!(d.resolve_index([("b", "1")]), Some(0));
     /// assert_eq!(d.resolve_index([("a", "1")]), None); // a node without a limit
     /// ```
@@ -316,10 +388,31 @@ impl Domain {
         found
     }
 
+    /// The file a descriptor is in, by its full key (or a key below it); the
+    /// first file of the domain if none holds it.
+    ///
+    /// ```
+    /// let d = sluicegate_server::DescriptorTree::from_yaml("x.yaml", "domain: x\ndescriptors:\n  - key: a\n").unwrap();
+    /// assert_eq!(d.file_of("x.a"), "x.yaml");
+    /// ```
+    pub fn file_of(&self, full_key: &str) -> &str {
+        let mut at = full_key;
+        loop {
+            if let Some(file) = self.origins.get(at) {
+                return file;
+            }
+            match at.rfind('.') {
+                Some(i) if i > self.name.len() => at = &at[..i],
+                _ => break,
+            }
+        }
+        self.origins.values().min().map_or("", String::as_str)
+    }
+
     /// Every limit of the domain, in file order.
     ///
     /// ```
-    /// let d = sluicegate_server::Domain::from_yaml("x.yaml", "domain: x\n").unwrap();
+    /// let d = sluicegate_server::DescriptorTree::from_yaml("x.yaml", "domain: x\n").unwrap();
     /// assert!(d.limits().is_empty());
     /// ```
     pub fn limits(&self) -> &[LimitDef] {

@@ -25,8 +25,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000, replaces: [{name: login}]}
 "#;
 
-fn nested() -> Domain {
-    Domain::from_yaml("nested.yaml", NESTED).unwrap()
+fn nested() -> DescriptorTree {
+    DescriptorTree::from_yaml("nested.yaml", NESTED).unwrap()
 }
 
 #[test]
@@ -102,7 +102,9 @@ fn wildcards_match_like_upstream() {
 }
 
 fn error_of(yaml: &str) -> String {
-    Domain::from_yaml("bad.yaml", yaml).unwrap_err().to_string()
+    DescriptorTree::from_yaml("bad.yaml", yaml)
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -149,7 +151,7 @@ fn units_cover_upstreams_and_ignore_case() {
         ("year", 31_536_000),
     ] {
         let yaml = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {name}, requests_per_unit: 3}}\n");
-        let d = Domain::from_yaml("u.yaml", &yaml).unwrap();
+        let d = DescriptorTree::from_yaml("u.yaml", &yaml).unwrap();
         let LimitKind::Rate { unit, .. } = d.limits()[0].kind else {
             panic!("not a rate")
         };

@@ -3,7 +3,7 @@
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import timedelta
 from os import PathLike
-from typing import Any, Literal, final
+from typing import Any, Literal, TypedDict, final
 
 from typing_extensions import disjoint_base
 
@@ -26,6 +26,7 @@ __all__ = [
     "RedisLimiter",
     "RedisOptions",
     "Reservation",
+    "Rule",
     "RuleDecision",
     "Shaper",
     "SlidingLog",
@@ -403,11 +404,60 @@ class PolicyDecision:
     def __bool__(self) -> bool: ...
 
 @final
+class Rule:
+    def __new__(
+        cls,
+        name: str,
+        *,
+        limit: str,
+        match: Mapping[str, str | Sequence[str]] | None = None,
+        key: Sequence[str] | None = None,
+        algorithm: str | None = None,
+        backend: Literal["local", "redis", "hybrid"] | None = None,
+        on_error: _FailurePolicy | None = None,
+        mode: Literal["enforce", "shadow"] | None = None,
+        capacity: int | None = None,
+        stripes: int | None = None,
+        max_delay_ms: int | None = None,
+    ) -> Rule: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def limit(self) -> str: ...
+
+class _Defaults(TypedDict, total=False):
+    algorithm: str
+    backend: Literal["local", "redis", "hybrid"]
+    on_error: _FailurePolicy
+    mode: Literal["enforce", "shadow"]
+    capacity: int
+    ipv6_prefix: int
+
+class _RedisRequired(TypedDict):
+    url: str
+
+class _State(TypedDict):
+    memory: str | int
+
+class _Redis(_RedisRequired, total=False):
+    prefix: str
+    lease_horizon_ms: int
+    lease_ttl_ms: int
+
+@final
 class Policy:
     @staticmethod
     def from_file(path: str | PathLike[str], *, watch: bool = False, interval: float = 1.0) -> Policy: ...
     @staticmethod
     def from_str(text: str) -> Policy: ...
+    @staticmethod
+    def from_rules(
+        rules: Iterable[Rule],
+        *,
+        defaults: _Defaults | None = None,
+        redis: _Redis | None = None,
+        state: _State | None = None,
+    ) -> Policy: ...
     def check(
         self,
         *,

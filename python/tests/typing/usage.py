@@ -115,6 +115,13 @@ except sluicegate.BackendError:
 
 rules = sluicegate.Policy.from_str('[[rule]]\nname = "g"\nlimit = "10/s"\n')
 verdict: sluicegate.PolicyDecision = rules.check(ip="192.0.2.1", path="/", headers={"x-api-key": "k"}, tenant="acme")
+from_values: sluicegate.Policy = sluicegate.Policy.from_rules(
+    [sluicegate.Rule("g", match={"path": ["/a", "/b"]}, key=["ip"], limit="10/s", mode="shadow", capacity=100)],
+    defaults={"algorithm": "fixed_window", "ipv6_prefix": 56},
+    redis={"url": "redis://127.0.0.1:6379", "lease_ttl_ms": 250},
+    state={"memory": "64 MiB"},
+)
+rule_name: str = sluicegate.Rule("h", limit="1/s").name
 per_rule: list[str] = [r.name for r in verdict.rules if r.mode == "enforce" and r.remaining >= 0]
 fields: list[tuple[str, str]] = verdict.headers()
 prom: str = rules.metrics_text()

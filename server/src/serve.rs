@@ -1,21 +1,17 @@
-//! The process: configuration loading (file or directory), the two listeners (gRPC:
-//! RLS + health; HTTP: `/metrics`, `/healthz`), hot reload by polling, and graceful
-//! shutdown.
+//! The running server: the two listeners (gRPC: RLS + health; HTTP: `/metrics`,
+//! `/healthz`), hot reload by polling the configuration, and graceful shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::engine::Source;
-use crate::engine::{RuleSet, TableSettings};
-use crate::service::{RateLimiter, ServiceSettings, Shared};
-use crate::yaml::{ConfigError, Domain};
+use crate::config::{build_rules, read_sources, Config, ConfigError};
+use crate::rule_set::TableSettings;
+use crate::service::{RateLimiter, Shared};
 
 /// The gRPC service name Envoy calls, also reported by `grpc.health.v1`.
 ///
@@ -23,148 +19,6 @@ use crate::yaml::{ConfigError, Domain};
 /// assert!(sluicegate_server::SERVICE_NAME.ends_with("RateLimitService"));
 /// ```
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
-
-/// Everything the server is started with (flags, environment).
-///
-/// ```
-/// use std::time::Duration;
-/// use sluicegate_server::{Config, ServiceSettings};
-/// let config = Config {
-///     config_path: "ratelimit/".into(),
-///     grpc: "127.0.0.1:8081".parse()?,
-///     http: "127.0.0.1:8080".parse()?,
-///     reload_interval: Duration::from_secs(1),
-///     keys_per_limit: 131_072,
-///     service: ServiceSettings { max_hits_addend: 1_000_000_000, response_headers: false },
-/// };
-/// assert_eq!(config.grpc.port(), 8081);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// A config file, or a directory of them (one domain each): envoyproxy/ratelimit
-    /// YAML (`*.yaml`, `*.yml`) or a TOML policy (`<domain>.toml`).
-    pub config_path: PathBuf,
-    /// Where the gRPC services listen.
-    pub grpc: SocketAddr,
-    /// Where `/metrics` and `/healthz` listen.
-    pub http: SocketAddr,
-    /// How often the configuration is checked for changes (zero: never).
-    pub reload_interval: Duration,
-    /// Keys each limit's table holds.
-    pub keys_per_limit: usize,
-    /// Service behaviour (hits bound, response headers).
-    pub service: ServiceSettings,
-}
-
-/// The config files under `path` with their text: the file itself, or the
-/// directory's `*.yaml`, `*.yml` and `*.toml` files (not hidden ones, not subdirectories) in
-/// name order.
-///
-/// ```
-/// let dir = std::env::temp_dir().join(format!("sg-read-sources-{}", std::process::id()));
-/// std::fs::create_dir_all(&dir)?;
-/// std::fs::write(dir.join("b.yaml"), "domain: b\n")?;
-/// std::fs::write(dir.join("a.toml"), "")?;
-/// std::fs::write(dir.join("notes.txt"), "ignored")?;
-/// let files = sluicegate_server::read_sources(&dir)?;
-/// let names: Vec<_> = files.iter().map(|(f, _)| f.rsplit('/').next().unwrap()).collect();
-/// assert_eq!(names, ["a.toml", "b.yaml"]);
-/// # std::fs::remove_dir_all(&dir)?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
-    let err = |p: &Path, e: std::io::Error| ConfigError {
-        file: p.display().to_string(),
-        message: e.to_string(),
-    };
-    let meta = std::fs::metadata(path).map_err(|e| err(path, e))?;
-    let files = if meta.is_dir() {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(|e| err(path, e))? {
-            let p = entry.map_err(|e| err(path, e))?.path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-            let known = p
-                .extension()
-                .is_some_and(|x| x == "yaml" || x == "yml" || x == "toml");
-            if known && !name.starts_with('.') && p.is_file() {
-                files.push(p);
-            }
-        }
-        files.sort();
-        if files.is_empty() {
-            return Err(ConfigError {
-                file: path.display().to_string(),
-                message: "no *.yaml, *.yml or *.toml files in the directory".into(),
-            });
-        }
-        files
-    } else {
-        vec![path.to_path_buf()]
-    };
-    files
-        .into_iter()
-        .map(|p| {
-            std::fs::read_to_string(&p)
-                .map(|t| (p.display().to_string(), t))
-                .map_err(|e| err(&p, e))
-        })
-        .collect()
-}
-
-/// Parses and builds the rules of `sources` (file name, text), taking state over
-/// from `old`. A `*.toml` file is a policy for the domain named by its stem; any
-/// other is envoyproxy/ratelimit YAML.
-///
-/// ```
-/// use sluicegate_server::{build_rules, TableSettings};
-/// let settings = TableSettings { keys_per_limit: 64 };
-/// let bad = [("e.yaml".to_owned(), "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: lightyear}\n".to_owned())];
-/// assert!(build_rules(&bad, None, settings).unwrap_err().to_string().contains("invalid rate limit unit"));
-/// ```
-pub fn build_rules(
-    sources: &[(String, String)],
-    old: Option<&RuleSet>,
-    settings: TableSettings,
-) -> Result<RuleSet, ConfigError> {
-    let parsed = sources
-        .iter()
-        .map(|(file, text)| parse_source(file, text).map(|s| (file.clone(), s)))
-        .collect::<Result<Vec<_>, _>>()?;
-    RuleSet::build(parsed, old, settings)
-}
-
-/// One file: a TOML policy for the domain named by its stem, else YAML.
-fn parse_source(file: &str, text: &str) -> Result<Source, ConfigError> {
-    let path = Path::new(file);
-    if path.extension().is_none_or(|x| x != "toml") {
-        return Domain::from_yaml(file, text).map(Source::Yaml);
-    }
-    let err = |message: String| ConfigError {
-        file: file.to_owned(),
-        message,
-    };
-    let domain = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| err("a TOML policy's file name is its domain: <domain>.toml".into()))?;
-    // The policy's own errors read `file:line:column: error: …`; keep them whole.
-    sluicegate_policy::PolicyDef::parse(text, Some(file)).map_err(|e| {
-        let text = e.to_string();
-        match text.split_once(": ") {
-            Some((at, rest)) if at.starts_with(file) => ConfigError {
-                file: at.to_owned(),
-                message: rest.to_owned(),
-            },
-            _ => err(text),
-        }
-    })?;
-    Ok(Source::Toml {
-        domain: domain.to_owned(),
-        text: text.to_owned(),
-    })
-}
 
 /// A server whose configuration is loaded and whose ports are bound.
 ///
@@ -400,7 +254,7 @@ async fn reload_loop(
 ///
 /// ```
 /// use sluicegate_server::{BindError, ConfigError};
-/// let e = BindError::Config(ConfigError { file: "a.yaml".into(), message: "bad".into() });
+/// let e = BindError::Config(ConfigError::new("a.yaml", "bad"));
 /// assert_eq!(e.to_string(), "invalid configuration: a.yaml: bad");
 /// ```
 #[derive(Debug)]

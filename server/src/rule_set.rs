@@ -1,10 +1,12 @@
-//! Decisions: every domain of the configuration and the per-request logic of
-//! envoyproxy/ratelimit (resolve each descriptor, drop replaced limits, decide each
-//! descriptor on its own, shadow mode, unlimited).
+//! The rules in force: every domain of the configuration, and the per-request
+//! logic of envoyproxy/ratelimit (resolve each descriptor, drop replaced limits,
+//! decide each descriptor on its own, shadow mode, unlimited).
 //!
-//! Every limit is decided by the policy layer (`sluicegate-policy`): a YAML limit is
-//! a one-rule policy keyed by its descriptor's values; a TOML file is a policy of its
-//! own whose attributes are the descriptor's entries ([`crate::toml_domain`]).
+//! Every limit is decided by the policy layer (`sluicegate-policy`), one policy per
+//! domain: a YAML domain's limits are the rules of its policy
+//! ([`crate::yaml_domain`]); a TOML file is a policy whose attributes are the
+//! descriptor's entries ([`crate::toml_domain`]). A domain split across YAML files
+//! is merged into one, as envoyproxy/ratelimit does.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -14,10 +16,13 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use sluicegate_policy::{Decision, Mode};
 
+use sluicegate_policy::PolicyDef;
+
+use crate::config::ConfigError;
 use crate::metrics::{RuleMetrics, TableCounts};
 use crate::toml_domain::TomlDomain;
-use crate::yaml::{ConfigError, Domain};
-use crate::yaml_rule::{build_rule, plan_text, Rule};
+use crate::yaml::DescriptorTree;
+use crate::yaml_domain::{Limit, YamlDomain};
 
 /// A decided descriptor, as the response reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +61,7 @@ pub type MetricRow = (String, bool, Arc<RuleMetrics>, TableCounts);
 /// One domain: a YAML descriptor tree with its limits, or a TOML policy.
 #[derive(Debug)]
 enum DomainRules {
-    Yaml { tree: Domain, rules: Vec<Rule> },
+    Yaml(YamlDomain),
     Toml(TomlDomain),
 }
 
@@ -90,89 +95,87 @@ pub struct TableSettings {
 #[derive(Debug)]
 pub enum Source {
     /// envoyproxy/ratelimit YAML.
-    Yaml(Domain),
+    Yaml(DescriptorTree),
     /// A TOML policy for the domain named by the file's stem.
     Toml {
         /// The domain.
         domain: String,
-        /// The rule file's text (validated).
+        /// The rule file's text (to see whether it changed).
         text: String,
+        /// The policy it describes (validated).
+        def: PolicyDef,
     },
 }
 
 impl RuleSet {
     /// Builds the rules of `sources` (each with its file name), taking over the state
     /// and counters of `old`'s limits: a YAML limit by its full key, a TOML domain by
-    /// its rules' names (the policy's reload rules). Everything is validated before
-    /// `old` is touched, so a failure leaves the rules in force as they were.
+    /// its rules' names (the policy's reload rules). Every domain is validated
+    /// before `old` is touched, so an invalid file leaves the rules in force as they
+    /// were. The YAML files of one domain are merged (their top-level descriptors
+    /// must differ); a domain is YAML or TOML, not both.
     pub(crate) fn build(
         sources: Vec<(String, Source)>,
         old: Option<&RuleSet>,
         settings: TableSettings,
     ) -> Result<RuleSet, ConfigError> {
-        // 1. Validate: unique domains, every generated rule file.
-        let mut plans = Vec::with_capacity(sources.len());
-        let mut names = std::collections::HashSet::new();
+        // 1. Validate: one source per domain (YAML files merged), every policy.
+        let mut trees: Vec<(String, DescriptorTree)> = Vec::new();
+        let mut tomls: Vec<(String, String, String, PolicyDef)> = Vec::new();
         for (file, source) in sources {
-            let err = |message: String| ConfigError {
-                file: file.clone(),
-                message,
-            };
             let name = match &source {
                 Source::Yaml(d) => d.name.clone(),
                 Source::Toml { domain, .. } => domain.clone(),
             };
-            if !names.insert(name.clone()) {
-                return Err(err(format!("duplicate domain '{name}' in config file")));
+            let yaml_at = trees.iter().position(|(_, t)| t.name == name);
+            let toml_at = tomls.iter().find(|(_, d, _, _)| *d == name);
+            match (source, yaml_at, toml_at) {
+                (Source::Yaml(tree), Some(i), None) => trees[i].1.merge(tree)?,
+                (Source::Yaml(tree), None, None) => trees.push((file, tree)),
+                (Source::Toml { domain, text, def }, None, None) => {
+                    tomls.push((file, domain, text, def))
+                }
+                (_, Some(i), _) => {
+                    let first = &trees[i].0;
+                    let msg = format!("duplicate domain '{name}' in config file (also in {first})");
+                    return Err(ConfigError::new(file, msg));
+                }
+                (_, None, Some((first, ..))) => {
+                    let msg = format!("duplicate domain '{name}' in config file (also in {first})");
+                    return Err(ConfigError::new(file, msg));
+                }
             }
-            let texts = match &source {
-                Source::Yaml(d) => d
-                    .limits()
-                    .iter()
-                    .map(|def| {
-                        plan_text(def, settings)
-                            .map_err(|m| err(format!("descriptor '{}': {m}", def.full_key)))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-                Source::Toml { .. } => Vec::new(),
-            };
-            plans.push((file, name, source, texts));
         }
-        // 2. Build, reloading old policies in place where the limit carries over.
+        let plans = trees
+            .into_iter()
+            .map(|(_, tree)| crate::yaml_domain::plan(&tree, settings).map(|def| (tree, def)))
+            .collect::<Result<Vec<_>, _>>()?;
+        // 2. Build, reloading old policies in place.
         let mut out = RuleSet::default();
-        for (file, name, source, texts) in plans {
-            let err = |message: String| ConfigError {
-                file: file.clone(),
-                message,
-            };
-            let rules = match source {
-                Source::Yaml(tree) => {
-                    let mut rules = Vec::with_capacity(texts.len());
-                    for (def, text) in tree.limits().iter().zip(texts) {
-                        let prev = old.and_then(|o| o.yaml_rule(&name, &def.full_key));
-                        rules.push(
-                            build_rule(def, text, prev)
-                                .map_err(|m| err(format!("descriptor '{}': {m}", def.full_key)))?,
-                        );
-                    }
-                    DomainRules::Yaml { tree, rules }
-                }
-                Source::Toml { domain, text } => {
-                    let prev = old.and_then(|o| match o.domains.get(&domain) {
-                        Some(DomainRules::Toml(t)) => Some(t),
-                        _ => None,
-                    });
-                    DomainRules::Toml(TomlDomain::build(&file, &domain, &text, prev)?)
-                }
-            };
-            out.domains.insert(name, rules);
+        for (tree, def) in plans {
+            let prev = old.and_then(|o| match o.domains.get(&tree.name) {
+                Some(DomainRules::Yaml(y)) => Some(y),
+                _ => None,
+            });
+            let name = tree.name.clone();
+            let domain = YamlDomain::build(tree, def, prev)?;
+            out.domains.insert(name, DomainRules::Yaml(domain));
+        }
+        for (file, domain, text, def) in tomls {
+            let prev = old.and_then(|o| match o.domains.get(&domain) {
+                Some(DomainRules::Toml(t)) => Some(t),
+                _ => None,
+            });
+            let built = TomlDomain::build(&file, &domain, &text, def, prev)?;
+            out.domains.insert(domain, DomainRules::Toml(built));
         }
         Ok(out)
     }
 
-    fn yaml_rule(&self, domain: &str, full_key: &str) -> Option<&Rule> {
+    #[cfg(test)]
+    fn yaml_rule(&self, domain: &str, full_key: &str) -> Option<&Limit> {
         match self.domains.get(domain)? {
-            DomainRules::Yaml { rules, .. } => rules.iter().find(|r| r.def.full_key == full_key),
+            DomainRules::Yaml(y) => y.limit(full_key),
             DomainRules::Toml(_) => None,
         }
     }
@@ -216,8 +219,8 @@ impl RuleSet {
         skip: &[bool],
     ) -> Option<Vec<Outcome<'a>>> {
         let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
-        let (tree, rules) = match self.domains.get(domain)? {
-            DomainRules::Yaml { tree, rules } => (tree, rules),
+        let yaml = match self.domains.get(domain)? {
+            DomainRules::Yaml(y) => y,
             DomainRules::Toml(t) => {
                 return Some(
                     descriptors
@@ -235,16 +238,10 @@ impl RuleSet {
                 );
             }
         };
-        let mut picked: Vec<Option<&Rule>> = descriptors
+        let mut picked: Vec<Option<&Limit>> = descriptors
             .iter()
             .enumerate()
-            .map(|(i, d)| {
-                if skipped(i) {
-                    return None;
-                }
-                tree.resolve_index(d.iter().map(|e| (e.key.as_str(), e.value.as_str())))
-                    .and_then(|i| rules.get(i))
-            })
+            .map(|(i, d)| if skipped(i) { None } else { yaml.resolve(d) })
             .collect();
         // `replaces`: a named limit is dropped when another applied limit of the same
         // request replaces it (upstream: unlimited limits replace too).
@@ -267,9 +264,9 @@ impl RuleSet {
             .into_iter()
             .zip(descriptors)
             .zip(hits)
-            .map(|((rule, entries), &n)| match rule {
+            .map(|((limit, entries), &n)| match limit {
                 None => Outcome::NoLimit,
-                Some(rule) => rule.decide(entries, n, now_ns, headers, &mut decision),
+                Some(limit) => yaml.decide(limit, entries, n, now_ns, headers, &mut decision),
             })
             .collect();
         Some(outcomes)
@@ -280,14 +277,7 @@ impl RuleSet {
         let mut rows = Vec::new();
         for rules in self.domains.values() {
             match rules {
-                DomainRules::Yaml { rules, .. } => rows.extend(rules.iter().map(|r| {
-                    (
-                        r.def.full_key.clone(),
-                        r.def.shadow,
-                        r.metrics.clone(),
-                        r.table_counts(now_ns),
-                    )
-                })),
+                DomainRules::Yaml(y) => rows.extend(y.metric_rows(now_ns)),
                 DomainRules::Toml(t) => rows.extend(t.metric_rows(now_ns)),
             }
         }
@@ -302,5 +292,5 @@ pub(crate) fn is_shadow(mode: Mode) -> bool {
 }
 
 #[cfg(test)]
-#[path = "engine_tests.rs"]
+#[path = "rule_set_tests.rs"]
 mod tests;
