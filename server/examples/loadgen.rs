@@ -251,6 +251,7 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
         http: "127.0.0.1:0".parse()?,
         reload_interval: Duration::ZERO,
         keys_per_limit: (args.distinct as usize).saturating_mul(2).max(1024),
+        state_memory: 256 << 20,
         service: sluicegate_server::ServiceSettings {
             max_hits_addend: 1_000_000,
             response_headers: false,

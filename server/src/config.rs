@@ -83,6 +83,7 @@ impl std::error::Error for ConfigError {}
 ///     http: "127.0.0.1:8080".parse()?,
 ///     reload_interval: Duration::from_secs(1),
 ///     keys_per_limit: 131_072,
+///     state_memory: 64 << 20,
 ///     service: ServiceSettings { max_hits_addend: 1_000_000_000, response_headers: false },
 /// };
 /// assert_eq!(config.grpc.port(), 8081);
@@ -99,8 +100,10 @@ pub struct Config {
     pub http: SocketAddr,
     /// How often the configuration is checked for changes (zero: never).
     pub reload_interval: Duration,
-    /// Keys each limit's table holds.
+    /// Live keys each limit holds at most.
     pub keys_per_limit: usize,
+    /// Bytes of the pool every domain's keyed limits keep their keys in.
+    pub state_memory: usize,
     /// Service behaviour (hits bound, response headers).
     pub service: ServiceSettings,
 }
@@ -164,7 +167,7 @@ pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
 ///
 /// ```
 /// use sluicegate_server::{build_rules, TableSettings};
-/// let settings = TableSettings { keys_per_limit: 64 };
+/// let settings = TableSettings::new(64, 1 << 20).unwrap();
 /// let bad = [("e.yaml".to_owned(), "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: lightyear}\n".to_owned())];
 /// assert!(build_rules(&bad, None, settings).unwrap_err().to_string().contains("invalid rate limit unit"));
 /// ```

@@ -31,6 +31,12 @@ struct Args {
     /// a new value is over the limit until one frees up.
     #[arg(long, env = "SLUICEGATE_KEYS_PER_LIMIT", default_value_t = 131_072)]
     keys_per_limit: usize,
+    /// Memory for every limit's keys, all domains together (one pool: 16 bytes a
+    /// key; a full pool evicts the stalest keys into each limit's sketch, never
+    /// lifting a limit): bytes, or e.g. "256 MiB", "1 GiB".
+    #[arg(long, env = "SLUICEGATE_STATE_MEMORY", default_value = "64 MiB",
+          value_parser = sluicegate_policy::StateSettings::parse_memory)]
+    state_memory: usize,
     /// Largest hits_addend accepted; larger requests get INVALID_ARGUMENT.
     #[arg(
         long,
@@ -62,6 +68,7 @@ fn main() -> ExitCode {
         http: args.http,
         reload_interval,
         keys_per_limit: args.keys_per_limit,
+        state_memory: args.state_memory,
         service: ServiceSettings {
             max_hits_addend: args.max_hits_addend,
             response_headers: args.response_headers,

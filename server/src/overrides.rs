@@ -14,6 +14,7 @@ use sluicegate_policy::{Decision, Policy, PolicyDef, RuleBuilder, RuleDef};
 use crate::limit::OneLimit;
 use crate::metrics::RuleMetrics;
 use crate::rule_set::Outcome;
+use crate::rule_set::TableSettings;
 use crate::yaml::unit_seconds;
 use crate::yaml_domain::descriptor_key;
 
@@ -28,7 +29,7 @@ const RULE: &str = "limit";
 #[derive(Debug)]
 pub struct Overrides {
     seen: Mutex<Seen>,
-    keys_per_limit: usize,
+    settings: TableSettings,
     /// Hits decided by overrides, all together (series `rule="(override)"`).
     pub metrics: Arc<RuleMetrics>,
 }
@@ -42,11 +43,12 @@ struct Seen {
 }
 
 impl Overrides {
-    /// No override seen yet; each table holds `keys_per_limit` descriptors.
-    pub fn new(keys_per_limit: usize) -> Self {
+    /// No override seen yet; each override's limit holds at most `keys_per_limit`
+    /// live descriptors, in the server's pool.
+    pub fn new(settings: TableSettings) -> Self {
         Self {
             seen: Mutex::default(),
-            keys_per_limit,
+            settings,
             metrics: Arc::new(RuleMetrics::new(false)),
         }
     }
@@ -85,7 +87,7 @@ impl Overrides {
             .key(["d"])
             .limit(format!("{requests_per_unit}/{window_s}s"))
             .algorithm(crate::yaml_domain::DEFAULT_ALGORITHM)
-            .capacity(self.keys_per_limit as u64);
+            .capacity(self.settings.keys_per_limit as u64);
         let rules = seen
             .rules
             .iter()
@@ -96,7 +98,10 @@ impl Overrides {
             .build()
             .and_then(|def| match &seen.policy {
                 Some(p) => p.reload_from_def(def).map(|_| p.clone()),
-                None => Policy::from_def(def).map(Arc::new),
+                None => Policy::builder()
+                    .pool(self.settings.pool.clone())
+                    .from_def(def)
+                    .map(Arc::new),
             });
         let policy = built.map_err(|e| format!("limit override {name}: {e}"))?;
         seen.rules.push((name.to_owned(), rule));

@@ -16,6 +16,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use sluicegate_policy::{Decision, Mode};
 
+use sluicegate::keyed::Pool;
+use sluicegate::SpecError;
 use sluicegate_policy::PolicyDef;
 
 use crate::config::ConfigError;
@@ -70,25 +72,42 @@ enum DomainRules {
 /// ```
 /// use sluicegate_server::{build_rules, TableSettings};
 /// let sources = [("edge.yaml".to_owned(), "domain: edge\n".to_owned()), ("api.toml".to_owned(), String::new())];
-/// let rules = build_rules(&sources, None, TableSettings { keys_per_limit: 64 })?;
+/// let rules = build_rules(&sources, None, TableSettings::new(64, 1 << 20)?)?;
 /// assert_eq!(rules.domain_count(), 2);
-/// # Ok::<(), sluicegate_server::ConfigError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Default)]
 pub struct RuleSet {
     domains: HashMap<String, DomainRules>,
 }
 
-/// Settings that shape the limiter tables.
+/// Settings that shape the limiters' state: every domain's keyed limits keep
+/// their keys in one pool (`--state-memory`), each limit at most
+/// `keys_per_limit` live keys (`--keys-per-limit`).
 ///
 /// ```
-/// let s = sluicegate_server::TableSettings { keys_per_limit: 100_000 };
+/// let s = sluicegate_server::TableSettings::new(100_000, 8 << 20)?;
 /// assert_eq!(s.keys_per_limit, 100_000);
+/// assert!(s.pool.memory() <= 8 << 20);
+/// assert!(sluicegate_server::TableSettings::new(64, usize::MAX).is_err());
+/// # Ok::<(), sluicegate::SpecError>(())
 /// ```
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TableSettings {
-    /// Keys each limit's table holds (the policy's `capacity`).
+    /// Live keys each limit holds at most (the policy's `capacity`).
     pub keys_per_limit: usize,
+    /// The pool every domain's keyed limits keep their keys in.
+    pub pool: Pool,
+}
+
+impl TableSettings {
+    /// Settings with a new pool of `state_memory` bytes.
+    pub fn new(keys_per_limit: usize, state_memory: usize) -> Result<Self, SpecError> {
+        Ok(TableSettings {
+            keys_per_limit,
+            pool: Pool::with_memory(state_memory)?,
+        })
+    }
 }
 
 /// A parsed config file.
@@ -148,7 +167,7 @@ impl RuleSet {
         }
         let plans = trees
             .into_iter()
-            .map(|(_, tree)| crate::yaml_domain::plan(&tree, settings).map(|def| (tree, def)))
+            .map(|(_, tree)| crate::yaml_domain::plan(&tree, &settings).map(|def| (tree, def)))
             .collect::<Result<Vec<_>, _>>()?;
         // 2. Build, reloading old policies in place.
         let mut out = RuleSet::default();
@@ -158,7 +177,7 @@ impl RuleSet {
                 _ => None,
             });
             let name = tree.name.clone();
-            let domain = YamlDomain::build(tree, def, prev)?;
+            let domain = YamlDomain::build(tree, def, prev, &settings.pool)?;
             out.domains.insert(name, DomainRules::Yaml(domain));
         }
         for (file, domain, text, def) in tomls {
@@ -166,7 +185,7 @@ impl RuleSet {
                 Some(DomainRules::Toml(t)) => Some(t),
                 _ => None,
             });
-            let built = TomlDomain::build(&file, &domain, &text, def, prev)?;
+            let built = TomlDomain::build(&file, &domain, &text, def, prev, &settings.pool)?;
             out.domains.insert(domain, DomainRules::Toml(built));
         }
         Ok(out)

@@ -4,14 +4,15 @@ use super::*;
 use crate::metrics::HitResult;
 use crate::yaml::DescriptorTree;
 
-const SETTINGS: TableSettings = TableSettings {
-    keys_per_limit: 1024,
-};
+/// Each test's own pool: 1,024 keys per limit, 4 MiB in all.
+fn settings() -> TableSettings {
+    TableSettings::new(1024, 4 << 20).unwrap()
+}
 const SEC: u64 = 1_000_000_000;
 
 fn set(yaml: &str, old: Option<&RuleSet>) -> RuleSet {
     let d = DescriptorTree::from_yaml("t.yaml", yaml).unwrap();
-    RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], old, SETTINGS).unwrap()
+    RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], old, settings()).unwrap()
 }
 
 /// The TOML policy `text` for domain `api`.
@@ -152,7 +153,7 @@ fn a_full_table_evicts_into_the_sketch_and_never_over_admits() {
     let rs = RuleSet::build(
         vec![("t.yaml".into(), Source::Yaml(d))],
         None,
-        TableSettings { keys_per_limit: 8 },
+        TableSettings::new(8, 1 << 20).unwrap(),
     )
     .unwrap();
     let values: Vec<[Entry; 1]> = (0..200).map(|i| [e("ip", &i.to_string())]).collect();
@@ -194,7 +195,7 @@ fn build_refuses_duplicate_domains_bounds_and_unknown_algorithms() {
             ("b.yaml".into(), d("b.yaml")),
         ],
         None,
-        SETTINGS,
+        settings(),
     )
     .unwrap_err();
     assert_eq!(
@@ -207,7 +208,7 @@ fn build_refuses_duplicate_domains_bounds_and_unknown_algorithms() {
             ("d.toml".into(), toml_source_for("d", "")),
         ],
         None,
-        SETTINGS,
+        settings(),
     )
     .unwrap_err();
     assert_eq!(
@@ -217,7 +218,7 @@ fn build_refuses_duplicate_domains_bounds_and_unknown_algorithms() {
     // The error of building one file `name` holding `yaml`.
     let build_error = |name: &str, yaml: &str| {
         let d = DescriptorTree::from_yaml(name, yaml).unwrap();
-        let built = RuleSet::build(vec![(name.into(), Source::Yaml(d))], None, SETTINGS);
+        let built = RuleSet::build(vec![(name.into(), Source::Yaml(d))], None, settings());
         built.unwrap_err().to_string()
     };
     let err = build_error(
@@ -277,7 +278,7 @@ fn the_algorithm_extension_picks_any_kind() {
 fn a_toml_domain_checks_descriptor_entries_as_attributes() {
     let toml = "[[rule]]\nname = \"per-user\"\nmatch = { path = \"/api/*\" }\nkey = [\"user\"]\nlimit = \"2/minute\"\n\n[[rule]]\nname = \"try\"\nlimit = \"1/minute\"\nmode = \"shadow\"\n";
     let src = toml_source(toml);
-    let rs = RuleSet::build(vec![("api.toml".into(), src)], None, SETTINGS).unwrap();
+    let rs = RuleSet::build(vec![("api.toml".into(), src)], None, settings()).unwrap();
     let ann = [e("path", "/api/x"), e("user", "ann")];
     let out = rs
         .decide_except("api", &[&ann, &ann, &ann], &[1, 1, 1], 0, true, &[])
@@ -325,7 +326,7 @@ fn a_toml_domain_reloads_in_place_keeping_state() {
     };
     let build = |n: u32, old: Option<&RuleSet>| {
         let src = toml_source(toml(n));
-        RuleSet::build(vec![("api.toml".into(), src)], old, SETTINGS).unwrap()
+        RuleSet::build(vec![("api.toml".into(), src)], old, settings()).unwrap()
     };
     let ann = [e("user", "ann")];
     let first = build(2, None);
@@ -358,7 +359,7 @@ fn a_toml_domain_reloads_in_place_keeping_state() {
 fn detailed_metrics_name_the_domain_even_with_dots() {
     let yaml = "domain: edge.example\ndescriptors:\n  - key: ip\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
     let d = DescriptorTree::from_yaml("t.yaml", yaml).unwrap();
-    let rs = RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], None, SETTINGS).unwrap();
+    let rs = RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], None, settings()).unwrap();
     rs.decide_except(
         "edge.example",
         &[&[e("ip", "10.0.0.1")]],
@@ -388,7 +389,7 @@ fn only_descriptors_of_remote_rules_without_a_lease_may_wait() {
         ("api.toml".into(), toml_source(toml)),
         ("y.yaml".into(), Source::Yaml(d)),
     ];
-    let rs = RuleSet::build(src, None, SETTINGS).unwrap();
+    let rs = RuleSet::build(src, None, settings()).unwrap();
     let shared = [e("path", "/shared"), e("user", "ann")];
     let mine = [e("path", "/mine"), e("user", "ann")];
     let k = [e("k", "v")];
@@ -411,7 +412,7 @@ fn a_domain_split_across_files_is_one_domain() {
         )
     };
     let build = |old: Option<&RuleSet>| {
-        RuleSet::build(vec![src("a.yaml", a), src("b.yaml", b)], old, SETTINGS).unwrap()
+        RuleSet::build(vec![src("a.yaml", a), src("b.yaml", b)], old, settings()).unwrap()
     };
     let rs = build(None);
     assert_eq!(rs.domain_count(), 1);
@@ -433,8 +434,12 @@ fn a_domain_split_across_files_is_one_domain() {
         "requests_per_unit: 3",
         "requests_per_unit: 3, algorithm: nope",
     );
-    let err =
-        RuleSet::build(vec![src("a.yaml", a), src("b.yaml", &bad)], None, SETTINGS).unwrap_err();
+    let err = RuleSet::build(
+        vec![src("a.yaml", a), src("b.yaml", &bad)],
+        None,
+        settings(),
+    )
+    .unwrap_err();
     assert!(
         err.to_string()
             .starts_with("b.yaml: descriptor 'd.user.ip': unknown algorithm"),

@@ -35,6 +35,7 @@ pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 ///     http: "127.0.0.1:0".parse()?,
 ///     reload_interval: Duration::ZERO,
 ///     keys_per_limit: 1024,
+///     state_memory: 8 << 20,
 ///     service: ServiceSettings { max_hits_addend: 1000, response_headers: false },
 /// };
 /// let bound = Bound::bind(config).await?;
@@ -70,6 +71,7 @@ impl Bound {
     ///     http: "127.0.0.1:0".parse()?,
     ///     reload_interval: Duration::ZERO,
     ///     keys_per_limit: 64,
+    ///     state_memory: 1 << 20,
     ///     service: ServiceSettings { max_hits_addend: 1, response_headers: false },
     /// };
     /// assert!(matches!(Bound::bind(config).await, Err(BindError::Config(_))));
@@ -78,18 +80,17 @@ impl Bound {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn bind(config: Config) -> Result<Bound, BindError> {
-        let settings = TableSettings {
-            keys_per_limit: config.keys_per_limit,
-        };
+        let settings = TableSettings::new(config.keys_per_limit, config.state_memory)
+            .map_err(|e| BindError::Config(ConfigError::new("--state-memory", e.to_string())))?;
         let sources = read_sources(&config.config_path).map_err(BindError::Config)?;
-        let rules = build_rules(&sources, None, settings).map_err(BindError::Config)?;
+        let rules = build_rules(&sources, None, settings.clone()).map_err(BindError::Config)?;
         let grpc = TcpListener::bind(config.grpc)
             .await
             .map_err(|e| BindError::Io(config.grpc, e))?;
         let http = TcpListener::bind(config.http)
             .await
             .map_err(|e| BindError::Io(config.http, e))?;
-        let shared = Arc::new(Shared::new(rules, config.service, config.keys_per_limit));
+        let shared = Arc::new(Shared::new(rules, config.service, settings));
         Ok(Bound {
             config,
             shared,
@@ -207,9 +208,6 @@ async fn reload_loop(
     if config.reload_interval.is_zero() {
         return;
     }
-    let settings = TableSettings {
-        keys_per_limit: config.keys_per_limit,
-    };
     loop {
         tokio::select! {
             _ = tokio::time::sleep(config.reload_interval) => {}
@@ -235,7 +233,7 @@ async fn reload_loop(
             continue;
         }
         let old = shared.rules();
-        match build_rules(&sources, Some(&old), settings) {
+        match build_rules(&sources, Some(&old), shared.tables.clone()) {
             Ok(rules) => {
                 tracing::info!(domains = rules.domain_count(), "config reloaded");
                 shared.replace(rules);

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::metrics::ServerMetrics;
 use crate::overrides::Overrides;
+use crate::rule_set::TableSettings;
 use crate::rule_set::{Outcome, RuleSet};
 
 /// Descriptors one request may carry: more is refused as malformed (Envoy sends a
@@ -47,18 +48,21 @@ pub struct Shared {
     pub metrics: ServerMetrics,
     /// Service behaviour.
     pub settings: ServiceSettings,
+    /// The pool and bound every rule build and reload uses.
+    pub tables: TableSettings,
     overrides: Overrides,
 }
 
 impl Shared {
-    /// Shared state starting with `rules`; limit overrides' tables hold
-    /// `keys_per_limit` descriptors each.
-    pub fn new(rules: RuleSet, settings: ServiceSettings, keys_per_limit: usize) -> Self {
+    /// Shared state starting with `rules`; limit overrides keep their keys as
+    /// `tables` says (the server's pool).
+    pub fn new(rules: RuleSet, settings: ServiceSettings, tables: TableSettings) -> Self {
         Self {
             rules: RwLock::new(Arc::new(rules)),
             metrics: ServerMetrics::default(),
             settings,
-            overrides: Overrides::new(keys_per_limit),
+            overrides: Overrides::new(tables.clone()),
+            tables,
         }
     }
 

@@ -20,10 +20,11 @@ impl RateLimiter {
 fn service(headers: bool) -> RateLimiter {
     let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3, name: \"per \\\"k\\\"\"}\n  - key: free\n    rate_limit: {unlimited: true}\n";
     let d = DescriptorTree::from_yaml("s.yaml", yaml).unwrap();
+    let tables = TableSettings::new(64, 1 << 20).unwrap();
     let rules = RuleSet::build(
         vec![("s.yaml".into(), crate::rule_set::Source::Yaml(d))],
         None,
-        TableSettings { keys_per_limit: 64 },
+        tables.clone(),
     )
     .unwrap();
     RateLimiter::new(Arc::new(Shared::new(
@@ -32,7 +33,7 @@ fn service(headers: bool) -> RateLimiter {
             max_hits_addend: 1000,
             response_headers: headers,
         },
-        64,
+        tables,
     )))
 }
 

@@ -16,6 +16,7 @@ use crate::config::ConfigError;
 use crate::metrics::{HitResult, RuleMetrics, TableCounts};
 use crate::rule_set::{is_shadow, Limited, MetricRow, Outcome};
 use crate::yaml::unit_seconds;
+use sluicegate::keyed::Pool;
 
 /// A descriptor's entries as policy attributes (the first entry of a key wins).
 struct EntryAttrs<'a>(&'a [Entry]);
@@ -66,6 +67,7 @@ impl TomlDomain {
         text: &str,
         def: PolicyDef,
         prev: Option<&TomlDomain>,
+        pool: &Pool,
     ) -> Result<TomlDomain, ConfigError> {
         let err = |e| ConfigError::policy(file, e);
         let policy = match prev {
@@ -75,10 +77,13 @@ impl TomlDomain {
                 }
                 p.policy.clone()
             }
-            // Rules on `redis` and `hybrid` are built by the policy's Redis factory.
+            // Rules on `redis` and `hybrid` are built by the policy's Redis factory;
+            // keyed rules keep their keys in the server's pool (the file's
+            // `[state]` table is the server's `--state-memory` here).
             None => Arc::new(
                 Policy::builder()
                     .remote(RedisFactory::default())
+                    .pool(pool.clone())
                     .from_def(def)
                     .map_err(err)?,
             ),

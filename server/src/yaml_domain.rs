@@ -23,6 +23,7 @@ use crate::limit::OneLimit;
 use crate::metrics::{RuleMetrics, TableCounts};
 use crate::rule_set::{Outcome, TableSettings};
 use crate::yaml::{unit_seconds, DescriptorTree, LimitDef, LimitKind};
+use sluicegate::keyed::Pool;
 
 /// The algorithm YAML limits use unless the extension field names another: the
 /// one envoyproxy/ratelimit has, so an existing config behaves the same.
@@ -81,7 +82,7 @@ impl Attrs for Picked<'_> {
 /// full key. An error names the descriptor and the file it is in.
 pub(crate) fn plan(
     tree: &DescriptorTree,
-    settings: TableSettings,
+    settings: &TableSettings,
 ) -> Result<PolicyDef, ConfigError> {
     let mut rules = Vec::new();
     for def in tree.limits() {
@@ -136,6 +137,7 @@ impl YamlDomain {
         tree: DescriptorTree,
         def: PolicyDef,
         prev: Option<&YamlDomain>,
+        pool: &Pool,
     ) -> Result<YamlDomain, ConfigError> {
         let err = |e: sluicegate_policy::Error| descriptor_error(&tree, &e);
         let policy = match prev {
@@ -143,7 +145,13 @@ impl YamlDomain {
                 p.policy.reload_from_def(def).map_err(err)?;
                 p.policy.clone()
             }
-            None => Arc::new(Policy::from_def(def).map_err(err)?),
+            // Its keys live in the server's pool, beside every other domain's.
+            None => Arc::new(
+                Policy::builder()
+                    .pool(pool.clone())
+                    .from_def(def)
+                    .map_err(err)?,
+            ),
         };
         let rules: HashMap<String, usize> = (policy.definition().rules().iter())
             .enumerate()

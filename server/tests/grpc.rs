@@ -62,6 +62,7 @@ impl Running {
             http: "127.0.0.1:0".parse().unwrap(),
             reload_interval: Duration::from_millis(100),
             keys_per_limit: 1024,
+            state_memory: 8 << 20,
             service: ServiceSettings {
                 max_hits_addend: 1_000_000,
                 response_headers: true,
@@ -370,6 +371,7 @@ async fn invalid_config_binds_nothing() {
         http: "127.0.0.1:0".parse().unwrap(),
         reload_interval: Duration::ZERO,
         keys_per_limit: 64,
+        state_memory: 1 << 20,
         service: ServiceSettings {
             max_hits_addend: 10,
             response_headers: false,
@@ -393,7 +395,7 @@ fn toml_policy_errors_name_the_file_line_and_column() {
     let err = sluicegate_server::build_rules(
         &[("conf/api.toml".into(), text.into())],
         None,
-        sluicegate_server::TableSettings { keys_per_limit: 64 },
+        sluicegate_server::TableSettings::new(64, 1 << 20).unwrap(),
     )
     .unwrap_err()
     .to_string();

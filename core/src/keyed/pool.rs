@@ -69,7 +69,7 @@ use core::marker::PhantomData;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::sketch::{self, Cells};
-use super::slot::{GROUP_SLOTS, Group, Slot, fp_of, state_of};
+use super::slot::{GROUP_SLOTS, Group, Slot, fp_of, is_pending, state_of};
 use super::stats::{Event, FullPolicy, KeyedStats, Stats};
 use super::table::{Held, Space, judge};
 use super::{DefaultHashBuilder, random_hasher, try_boxed};
@@ -94,6 +94,9 @@ const ID_MASK: u64 = MAX_ID as u64;
 const GEN_MASK: u64 = HASH_MASK;
 /// Registry entries are allocated this many at a time, as ids are first used.
 const CHUNK: usize = 256;
+/// Slots a limit remembers it placed keys in, most recent last: where it frees
+/// one of its own keys at its bound when a new key's candidates hold none.
+const RING: usize = 64;
 /// A limit at its bound recounts its live keys at most this often.
 const RECOUNT_NS: u64 = 1_000_000_000;
 /// A check this far before the next recount is due means time went back (a
@@ -131,6 +134,10 @@ struct Entry {
     bound: AtomicU64,
     /// When it may next recount its live keys.
     recount_at: AtomicU64,
+    /// The slots it placed keys in last (index + 1; 0: none), and where the next
+    /// goes.
+    ring: [AtomicU64; RING],
+    ring_at: AtomicU64,
     stats: Stats<1>,
 }
 
@@ -145,6 +152,8 @@ impl Entry {
             held: AtomicU64::new(0),
             bound: AtomicU64::new(0),
             recount_at: AtomicU64::new(0),
+            ring: core::array::from_fn(|_| AtomicU64::new(0)),
+            ring_at: AtomicU64::new(0),
             stats: Stats::new(),
         }
     }
@@ -380,6 +389,9 @@ impl Pool {
         e.held.store(0, order::STAT);
         e.bound.store(bound as u64, order::STAT);
         e.recount_at.store(0, order::STAT);
+        for r in &e.ring {
+            r.store(0, order::STAT);
+        }
         e.stats.reset();
         e.state.store(ALIVE, order::STORE);
         Ok(Member {
@@ -411,6 +423,23 @@ impl Inner {
             let _ = chunk.set(fresh);
         }
         chunk.get()?.get(id % CHUNK)
+    }
+
+    /// The index of `slot` among the pool's slots.
+    fn index_of(&self, slot: &Slot) -> Option<usize> {
+        let base = self.groups.as_ptr() as usize;
+        let offset = (slot as *const Slot as usize).checked_sub(base)?;
+        let group = offset / core::mem::size_of::<Group>();
+        let within = offset % core::mem::size_of::<Group>() / core::mem::size_of::<Slot>();
+        (group < self.groups.len() && within < GROUP_SLOTS).then_some(group * GROUP_SLOTS + within)
+    }
+
+    /// The slot at `index`.
+    fn slot(&self, index: usize) -> Option<&Slot> {
+        self.groups
+            .get(index / GROUP_SLOTS)?
+            .slots()
+            .get(index % GROUP_SLOTS)
     }
 
     fn hasher_seed(&self) -> u64 {
@@ -674,12 +703,16 @@ impl<A: Algorithm> Space<A> for Member<A> {
     fn full_policy(&self) -> FullPolicy {
         self.policy
     }
-    fn record(&self, _: usize, e: Event, prev: u128) {
+    fn record(&self, _: usize, e: Event, prev: u128, slot: Option<&Slot>) {
         let prev_id = id_of(prev);
         let placed = matches!(e, Event::Inserted | Event::Reused | Event::Evicted);
         if placed && prev_id != self.id {
             if let Some(me) = self.entry() {
                 me.held.fetch_add(1, order::STAT);
+                if let Some(index) = slot.and_then(|s| self.inner.index_of(s)) {
+                    let at = me.ring_at.fetch_add(1, order::STAT) as usize % RING;
+                    me.ring[at].store(index as u64 + 1, order::STAT);
+                }
             }
             if let Some(other) = self.inner.entry(prev_id).filter(|_| prev_id != 0) {
                 let _ = other
@@ -719,5 +752,40 @@ impl<A: Algorithm> Space<A> for Member<A> {
         let live = self.len_at(now) as u64;
         e.held.store(live, order::STAT);
         live >= bound
+    }
+    fn make_room(&self, p: &A::Params, now: u64) -> bool {
+        let Some(e) = self.entry() else {
+            return false;
+        };
+        // The oldest remembered placements first.
+        let start = e.ring_at.load(order::STAT) as usize;
+        for i in 0..RING {
+            let index = e.ring[(start + i) % RING].swap(0, order::STAT);
+            let Some(slot) = index
+                .checked_sub(1)
+                .and_then(|i| self.inner.slot(i as usize))
+            else {
+                continue;
+            };
+            let v = slot.load();
+            if id_of(v) != self.id || is_pending(v) {
+                continue;
+            }
+            // Its state goes to the sketch first (as an eviction), unless fresh.
+            let live = !A::is_fresh(p, state_of(v), now);
+            if live && !self.inner.fold(v, now) {
+                continue;
+            }
+            if slot.cas(v, 0) {
+                let _ = e
+                    .held
+                    .fetch_update(order::STAT, order::STAT, |h| Some(h.saturating_sub(1)));
+                if live {
+                    e.stats.count(0, Event::Evicted);
+                }
+                return true;
+            }
+        }
+        false
     }
 }

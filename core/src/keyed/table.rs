@@ -94,11 +94,15 @@ pub(super) trait Space<A: Algorithm> {
     /// What to do when every candidate slot is live.
     fn full_policy(&self) -> FullPolicy;
     /// Records a placement event in home group `home`; `prev` is what the slot
-    /// held before (for a placement).
-    fn record(&self, home: usize, e: Event, prev: u128);
+    /// held before and `slot` the slot (for a placement).
+    fn record(&self, home: usize, e: Event, prev: u128, slot: Option<&Slot>);
     /// Whether the limit holds as many live keys as it may (checked before a
-    /// placement, outside any lock).
+    /// placement).
     fn bounded(&self, now: u64) -> bool;
+    /// At its bound with none of its slots among a new key's candidates: frees
+    /// one of its own live keys elsewhere (remembered in the sketch) so that the
+    /// new key may take any slot; `false` if it found none.
+    fn make_room(&self, p: &A::Params, now: u64) -> bool;
 }
 
 /// What one candidate group offers a new key: its first empty slot, its first
@@ -248,7 +252,7 @@ fn place<A: Algorithm, S: Space<A> + ?Sized>(
     n: u64,
     now: u64,
 ) -> Result<Option<(Step, u64)>, InsufficientCapacity> {
-    let bounded = space.bounded(now);
+    let mut bounded = space.bounded(now);
     let Probe { fp, home, .. } = *probe;
     loop {
         // 1. find: present (decide again), pending (wait, then withdraw), absent.
@@ -272,8 +276,13 @@ fn place<A: Algorithm, S: Space<A> + ?Sized>(
         let (slot, prev, event) = match choose::<A, S>(space, probe, &p, now, bounded) {
             Chosen::Slot(slot, v, event) => (slot, v, event),
             Chosen::Retry => continue,
+            // At its bound, none of its own slots here: free one elsewhere.
+            Chosen::TurnedAway(None) if bounded && space.make_room(&p, now) => {
+                bounded = false;
+                continue;
+            }
             Chosen::Unlimited => {
-                space.record(home, Event::Unlimited, 0);
+                space.record(home, Event::Unlimited, 0, None);
                 return Ok(Some((Step { next: None, ..step }, start)));
             }
             // Turned away: no room, by the policy or because the eviction could
@@ -281,7 +290,7 @@ fn place<A: Algorithm, S: Space<A> + ?Sized>(
             // is known.
             Chosen::TurnedAway(left) => {
                 let left = left.unwrap_or(step.decision.reset_after_ns);
-                space.record(home, Event::Rejected, 0);
+                space.record(home, Event::Rejected, 0, None);
                 let decision = Decision {
                     allowed: false,
                     remaining: 0,
@@ -308,7 +317,7 @@ fn place<A: Algorithm, S: Space<A> + ?Sized>(
         }
         // 6. commit.
         if slot.cas(pending, claimed(fp, next)) {
-            space.record(home, event, prev);
+            space.record(home, event, prev, Some(slot));
             return Ok(Some((step, start)));
         }
     }
@@ -487,10 +496,13 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Space<A> for Keyed<A, C
     fn full_policy(&self) -> FullPolicy {
         self.policy
     }
-    fn record(&self, home: usize, e: Event, _: u128) {
+    fn record(&self, home: usize, e: Event, _: u128, _: Option<&Slot>) {
         self.stats.count(home, e);
     }
     fn bounded(&self, _: u64) -> bool {
+        false
+    }
+    fn make_room(&self, _: &A::Params, _: u64) -> bool {
         false
     }
 }
