@@ -19,7 +19,7 @@ pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A snapshot of one rule's counters, as [`crate::Policy::metrics`] returns them.
+/// A snapshot of one rule's counters, as [`crate::Policy::metrics_at`] returns them.
 ///
 /// ```
 /// use sluicegate_policy::Policy;
