@@ -1,7 +1,7 @@
 //! Fixed window: at most `limit` units per window, windows aligned to multiples of
 //! the window length (`[k·W, (k+1)·W)`), so every process agrees where they start.
 //!
-//! The word is the window index and its count (layout in [`crate::word`]). A
+//! The word is the window index and its count (layout in `crate::word`). A
 //! request of cost `n` is admitted iff `count + n ≤ limit` in the current window.
 //! A timestamp from an earlier window than the stored one (the clock went back) is
 //! decided in the stored window: no time has passed. Guarantee: per aligned window,

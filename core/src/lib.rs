@@ -117,9 +117,10 @@ pub use token_bucket::{Gcra, GcraParams, Leaky};
 #[cfg(feature = "std")]
 pub use wait::{Wait, WaitError};
 
-/// The README's Rust snippets, compiled and run as doctests.
+/// This crate's README (its crates.io page): its Rust snippets, compiled and run
+/// as doctests. The repository README's are compiled by sluicegate-demo.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
 macro_rules! alias {

@@ -1,12 +1,12 @@
 //! The one compare-and-swap loop, the config cell, and the generic [`Limiter`].
 //!
 //! Each algorithm is a pure function `decide(params, word, now, n) -> Step` (see
-//! [`Algorithm`]); [`apply`] is the only loop that turns such a function into an
+//! [`Algorithm`]); `apply` is the only loop that turns such a function into an
 //! atomic update, and every single-word limiter, the keyed table and the compound
 //! limiter go through it.
 //!
 //! # Runtime reconfiguration
-//! Parameters live in a small seqlock ([`ConfigCell`]) next to the state word. Every
+//! Parameters live in a small seqlock (`ConfigCell`) next to the state word. Every
 //! algorithm's word means the same thing under any parameters the limiter can be
 //! reconfigured to (a token bucket's word is the instant it is next full; a window's
 //! word is a window index and counts, and the window length is fixed at

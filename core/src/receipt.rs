@@ -20,7 +20,7 @@
 use crate::spec::Spec;
 
 /// What one admission took, for a `refund` on the handle that issued it (see the
-/// [module docs](self)). Empty for a denial, a peek, a cost of zero, or a handle
+/// `receipt` module's docs). Empty for a denial, a peek, a cost of zero, or a handle
 /// that cannot give back (see `can_refund`).
 ///
 /// ```

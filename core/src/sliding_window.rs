@@ -20,7 +20,7 @@
 //! window, where the estimate is highest: no time has passed.
 //!
 //! # The word: whole or wrapped window index
-//! The word holds the window index and both counts ([`crate::word`]). Whenever the
+//! The word holds the window index and both counts (`crate::word`). Whenever the
 //! limit fits next to the whole index (`now / W` stored in full: e.g. up to 16,383
 //! per second, 131,071 per minute, 1,048,575 per hour), that is the layout, and the
 //! rules above hold for every `u64` time. A larger limit, up to
@@ -458,7 +458,7 @@ impl Algorithm for Sliding {
         (cur == 0 && prev == 0) || matches!(p.read(index, now / p.window_ns), Read::Empty)
     }
 
-    /// Both words are read at `now` ([`View`], never by raw index: a wide word's
+    /// Both words are read at `now` (`View`, never by raw index: a wide word's
     /// index wraps) and put in the later of their two windows. In one window, the
     /// larger of each count. In two (a word written after the clock went back
     /// reads as a window ahead), the earlier word's both counts become previous

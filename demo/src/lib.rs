@@ -11,6 +11,13 @@
 //! }
 //! ```
 
+/// The repository README's Rust snippets, compiled and run as doctests (this crate
+/// is the quick start's and is not published, so the README outside any published
+/// crate's folder can be read from here).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 use std::error::Error;
 use std::path::Path;
 

@@ -195,8 +195,9 @@ unsafe fn create(
 /// NUL-terminated). On success `*out` is the new handle and `err` holds the
 /// file's warnings (a rule that can never match, a rule identical to an earlier
 /// one), one a line, or `""`. On error `*out` is unchanged and `err` holds every
-/// error, one a line, each as `<policy>:<line>:<column>: error: rule `<name>`:
-/// <what is wrong>`: `SLUICEGATE_ERR_POLICY` for an invalid policy,
+/// error, one a line, each as
+/// ``<policy>:<line>:<column>: error: rule `<name>`: <what is wrong>``:
+/// `SLUICEGATE_ERR_POLICY` for an invalid policy,
 /// `SLUICEGATE_ERR_NOT_UTF8` for text that is not UTF-8.
 ///
 /// `err` receives at most `err_cap` bytes including the NUL (truncated); it may

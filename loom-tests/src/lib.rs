@@ -12,8 +12,8 @@
 //! that mutated state (a denial leaves the reference's word unchanged, so the final
 //! words would differ).
 //!
-//! Nothing here names loom except [`race`], so the checker itself is unit-tested in
-//! a normal build.
+//! Nothing here names loom except `race` (built only under `--cfg loom`), so the
+//! checker itself is unit-tested in a normal build.
 
 use sluicegate::{Algorithm, ConfigError, Decision, InsufficientCapacity, Limiter, Quota};
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use crate::counters::ReloadStats;
 
-/// A snapshot of one rule's counters, as [`crate::Policy::metrics`] returns them.
+/// A snapshot of one rule's counters, as [`crate::Policy::metrics_at`] returns them.
 ///
 /// ```
 /// use sluicegate_policy::Policy;

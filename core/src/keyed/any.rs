@@ -28,7 +28,7 @@ use crate::spec::{Spec, SpecError};
 pub struct KeyHash(u64);
 
 /// A keyed limiter of any keyed [`Kind`](crate::Kind), from a [`Spec`]: one state per key in a
-/// bounded table ([`Keyed`], with its guarantees), one table per limit of a
+/// bounded table ([`Keyed`](super::Keyed), with its guarantees), one table per limit of a
 /// compound spec. A compound is all-or-nothing per key: a request is charged to
 /// every limit or to none (a denial by one limit gives back what the others
 /// took, never more than they took).

@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //! The table is an array of [`Group`]s. A group is eight 16-byte [`Slot`]s in one
-//! [`CachePadded`] block (128 bytes on x86-64: the line and the adjacent line the
+//! [`CachePadded`](crossbeam_utils::CachePadded) block (128 bytes on x86-64: the line and the adjacent line the
 //! prefetcher pairs with it), so two groups never share a cache line. A slot holds
 //! a 63-bit key **fingerprint** and the algorithm's **state word**, swapped together
 //! by one 128-bit compare-and-swap: **16 bytes per key**, nothing else per key.
