@@ -154,6 +154,15 @@ impl ConfigCell {
         }
     }
 
+    /// New parameters of algorithm `A` from `quota`, validated against the
+    /// current ones ([`Algorithm::reparams`]): a live limiter's change of quota.
+    pub(crate) fn requota<A: Algorithm>(&self, quota: &Quota) -> Result<(), ConfigError> {
+        self.update(|w| {
+            let old = A::from_words(w);
+            A::reparams(&old, quota).map(|p| A::to_words(&p))
+        })
+    }
+
     /// Replaces the words, computed by `f` from the current ones; writers exclude
     /// each other through the odd sequence number.
     pub(crate) fn update<E>(
@@ -384,10 +393,7 @@ impl<A: Algorithm> Core<A> {
     }
 
     pub(crate) fn set_quota(&self, quota: &Quota) -> Result<(), ConfigError> {
-        self.config.update(|w| {
-            let old = A::from_words(w);
-            A::reparams(&old, quota).map(|p| A::to_words(&p))
-        })
+        self.config.requota::<A>(quota)
     }
 
     /// Gives back `n` units of an admission `prev -> next`: restores `prev` exactly

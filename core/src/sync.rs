@@ -56,12 +56,6 @@ impl AtomicU128 {
     ) -> Result<u128, u128> {
         self.compare_exchange(current, new, success, failure)
     }
-    pub(crate) fn fetch_and(&self, v: u128, _: Ordering) -> u128 {
-        let mut g = self.0.lock().unwrap();
-        let old = *g;
-        *g = old & v;
-        old
-    }
 }
 
 /// Memory orderings, chosen here once.

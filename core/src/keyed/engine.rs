@@ -150,10 +150,7 @@ where
 {
     fn set_quota(&self, q: &Quota) -> Result<(), ConfigError> {
         match self.config() {
-            Some(c) => c.update(|w| {
-                let old = A::from_words(w);
-                A::reparams(&old, q).map(|p| A::to_words(&p))
-            }),
+            Some(c) => c.requota::<A>(q),
             None => Err(ConfigError::Immutable { field: "pool" }),
         }
     }

@@ -395,10 +395,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
     /// assert!(t.check_at(&"a", 0).allowed);
     /// ```
     pub fn set_quota(&self, quota: &Quota) -> Result<(), ConfigError> {
-        self.config.update(|w| {
-            let old = A::from_words(w);
-            A::reparams(&old, quota).map(|p| A::to_words(&p))
-        })
+        self.config.requota::<A>(quota)
     }
 
     /// The clock.
