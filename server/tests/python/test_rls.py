@@ -2,6 +2,7 @@
 
 Every test uses descriptor values of its own, so the tests share one server."""
 
+import os
 import time
 import uuid
 
@@ -164,8 +165,7 @@ def test_reload(rls, config_dir, metrics):
     assert ask(rls, descriptor(("client", client)), domain="reload").overall_code == OK
     assert ask(rls, descriptor(("client", client)), domain="reload").overall_code == OVER
 
-    with open(path, "w") as f:
-        f.write("domain: reload\ndescriptors:\n  - key: client\n    rate_limit: {unit: day, requests_per_unit: 3}\n")
+    replace(path, "domain: reload\ndescriptors:\n  - key: client\n    rate_limit: {unit: day, requests_per_unit: 3}\n")
 
     def limit() -> int:
         r = ask(rls, descriptor(("client", client), hits=0), domain="reload")
@@ -177,10 +177,19 @@ def test_reload(rls, config_dir, metrics):
     assert r.statuses[0].limit_remaining == 2
 
     errors_before = reload_errors(metrics())
-    with open(path, "w") as f:
-        f.write("domain: reload\ndescriptors:\n  - key: client\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+    replace(path, "domain: reload\ndescriptors:\n  - key: client\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
     wait_for(lambda: reload_errors(metrics()) == errors_before + 1, "the failed reload")
     assert limit() == 3  # the old rules stay in force
+
+
+def replace(path: str, text: str) -> None:
+    """Writes `path` whole at once (a rename), as a deployment would: the server
+    polls the directory and must never read a half-written file (an empty text
+    between the truncation and the write was a second, spurious failed reload)."""
+    tmp = os.path.join(os.path.dirname(path), ".writing")  # hidden: not a source
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def reload_errors(text: str) -> int:
