@@ -322,7 +322,7 @@ impl RuleDef {
     pub fn mode(&self) -> Mode {
         self.mode
     }
-    /// Keys in the rule's local table (keyed rules).
+    /// The most live keys the rule holds at once in the policy's pool (keyed rules).
     ///
     /// ```
     /// # let def = sluicegate_policy::PolicyDef::parse("[[rule]]\nname = \"g\"\nlimit = \"1/s\"\n", None).unwrap();

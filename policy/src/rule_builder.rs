@@ -281,7 +281,7 @@ impl RuleBuilder {
         self
     }
 
-    /// `capacity = n`: keys in the rule's local table.
+    /// `capacity = n`: the most live keys the rule holds at once in the policy's pool.
     ///
     /// ```
     /// # use sluicegate_policy::{PolicyDef, RuleDef};
