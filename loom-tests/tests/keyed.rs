@@ -64,6 +64,29 @@ fn three_first_requests_of_one_key_place_it_once() {
     });
 }
 
+/// The race the flood matrix once lost a victim's token to: one placer claims
+/// the later slot (empty) and validates; the other then claims the earlier one
+/// (a fresh key's) and, validating, reads the first claim as pending — but the
+/// first commits before the second's withdrawing CAS, which fails. The second
+/// must look again and find the key committed, not commit a second slot.
+/// Three preemptions are needed to reach it, one more than the models' default.
+#[test]
+fn a_failed_withdrawal_of_a_committed_claim_is_seen() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        // Key 9 took the one token at 0 and is full again at 60 s: its slot (the
+        // earlier one) is fresh, the later one empty.
+        let t = table(Quota::per_minute(1), FullPolicy::Reject);
+        assert!(t.check_at(&9u64, 0).allowed);
+        let now = 60 * SEC;
+        let got = race(&t, now, vec![(7, 1), (7, 1)]);
+        assert_eq!(got.iter().filter(|x| **x).count(), 1, "{got:?}");
+        assert_eq!(t.len_at(now), 1);
+        assert!(!t.check_at(&7u64, now).allowed);
+    });
+}
+
 #[test]
 fn two_new_keys_claim_two_slots() {
     loom::model(|| {

@@ -116,8 +116,8 @@ pub use any::{AnyKeyed, KeyHash};
 #[cfg(feature = "std")]
 pub use pool::Pool;
 use sketch::Cells;
+use slot::committed_state;
 pub use slot::{GROUP_SLOTS, Group, Slot};
-use slot::{fp_of, state_of};
 use stats::Stats;
 pub use stats::{FullPolicy, KeyedStats};
 
@@ -340,7 +340,7 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
             .flat_map(|g| g.slots().iter())
             .filter(|s| {
                 let v = s.load();
-                fp_of(v) != 0 && !A::is_fresh(&p, state_of(v), now)
+                committed_state(v).is_some_and(|w| !A::is_fresh(&p, w, now))
             })
             .count()
     }

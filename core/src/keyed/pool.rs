@@ -69,7 +69,7 @@ use core::marker::PhantomData;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::sketch::{self, Cells};
-use super::slot::{GROUP_SLOTS, Group, Slot, fp_of, is_pending, state_of};
+use super::slot::{GROUP_SLOTS, Group, Slot, committed_state, fp_of, is_pending, state_of};
 use super::stats::{Event, FullPolicy, KeyedStats, Stats};
 use super::table::{Held, Space, judge};
 use super::{DefaultHashBuilder, random_hasher, try_boxed};
@@ -637,7 +637,7 @@ impl<A: Algorithm> Member<A> {
             .flat_map(|g| g.slots().iter())
             .filter(|s| {
                 let v = s.load();
-                id_of(v) == self.id && !A::is_fresh(&p, state_of(v), now)
+                id_of(v) == self.id && committed_state(v).is_some_and(|w| !A::is_fresh(&p, w, now))
             })
             .count()
     }
@@ -704,7 +704,8 @@ impl<A: Algorithm> Space<A> for Member<A> {
         self.policy
     }
     fn record(&self, _: usize, e: Event, prev: u128, slot: Option<&Slot>) {
-        let prev_id = id_of(prev);
+        // A pending claim taken over was nobody's key: no limit held it.
+        let prev_id = if is_pending(prev) { 0 } else { id_of(prev) };
         let placed = matches!(e, Event::Inserted | Event::Reused | Event::Evicted);
         if placed && prev_id != self.id {
             if let Some(me) = self.entry() {

@@ -54,6 +54,61 @@ pub(super) fn is_pending(v: u128) -> bool {
     v & PENDING != 0
 }
 
+/// The state in slot value `v` if it is a committed key's (not empty, not
+/// pending: a pending slot's low word is a claim token, nobody's state).
+#[inline]
+pub(super) fn committed_state(v: u128) -> Option<u64> {
+    (fp_of(v) != 0 && !is_pending(v)).then_some(state_of(v))
+}
+
+/// Low bits of a claim token: the claim's number.
+const CLAIM_BITS: u32 = 20;
+/// A pending claim this old (by the judging caller's clock, ~1.07 s) is taken to
+/// be its placer's last act: any placement may take its slot over.
+pub(super) const PENDING_STALE_NS: u64 = 1 << 30;
+
+/// A pending claim of the slot by key `fp` at `now`.
+///
+/// Its low word is a token, unique to this claim: the claim's time (to 2²⁰ ns)
+/// and a claim number (a counter, offset per process by where its counter
+/// lives). A claim withdrawn by another placer and made again by a third for
+/// the same key must differ from the first, or the first placer's commit — a
+/// compare-and-swap of its exact pending value — could land on the third's
+/// claim, and two slots of one key would be committed. Within one process the
+/// number repeats only after 2²⁰ claims in one 2²⁰ ns tick; across processes
+/// sharing a table, two claims of one key in one slot in one tick would also
+/// need equal numbers.
+pub(super) fn pending(fp: u64, now: u64) -> u128 {
+    let number = claim_number() & ((1 << CLAIM_BITS) - 1);
+    let token = (now >> CLAIM_BITS << CLAIM_BITS) | u64::from(number);
+    PENDING | claimed(fp, token)
+}
+
+/// What a pending slot value `v` holds for another placer at `now`: free once
+/// stale, else a claim (live) that goes stale in `left` nanoseconds.
+pub(super) fn pending_held(v: u128, now: u64) -> super::table::Held {
+    let at = state_of(v) >> CLAIM_BITS << CLAIM_BITS;
+    match PENDING_STALE_NS.checked_sub(now.saturating_sub(at)) {
+        None | Some(0) => super::table::Held::Fresh,
+        Some(left) => super::table::Held::Live { left },
+    }
+}
+
+/// The next claim number of this process.
+fn claim_number() -> u32 {
+    #[cfg(loom)]
+    use core::sync::atomic::{AtomicU32, Ordering};
+    #[cfg(not(loom))]
+    use portable_atomic::{AtomicU32, Ordering};
+    static CLAIMS: AtomicU32 = AtomicU32::new(0);
+    // Where the counter lives differs between processes (address-space layout
+    // randomisation): their numbers start apart.
+    let offset = (core::ptr::addr_of!(CLAIMS) as usize >> 12) as u32;
+    CLAIMS
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_add(offset.wrapping_mul(0x9E37_79B9))
+}
+
 /// One table entry: fingerprint and state word in one 128-bit atomic.
 #[derive(Debug)]
 #[repr(transparent)]
@@ -167,5 +222,41 @@ impl Group {
 impl Default for Group {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::keyed::table::Held;
+
+    /// Two claims of one key at one time are different values (a placer's
+    /// commit can only land on its own claim), and neither is a committed state.
+    #[test]
+    fn claims_of_one_key_at_one_time_differ() {
+        let fp = 0x1234_5678;
+        let claims: [u128; 512] = core::array::from_fn(|_| pending(fp, 5_000_000_000));
+        for (i, a) in claims.iter().enumerate() {
+            assert!(is_pending(*a) && fp_of(*a) == fp && committed_state(*a).is_none());
+            assert!(claims[i + 1..].iter().all(|b| b != a), "claim {i} repeated");
+        }
+    }
+
+    /// A claim is live to other placers until it is stale by their clock, also
+    /// when their clock is behind the claimer's.
+    #[test]
+    fn a_claim_goes_stale_after_a_second() {
+        let at = 7 << 30;
+        let v = pending(99, at);
+        let left = |now| match pending_held(v, now) {
+            Held::Live { left } => Some(left),
+            Held::Fresh => None,
+            Held::Empty => panic!("a claim is never empty"),
+        };
+        assert_eq!(left(at), Some(PENDING_STALE_NS));
+        assert_eq!(left(0), Some(PENDING_STALE_NS));
+        assert_eq!(left(at + 1000), Some(PENDING_STALE_NS - 1000));
+        assert_eq!(left(at + PENDING_STALE_NS), None);
+        assert_eq!(left(u64::MAX), None);
     }
 }

@@ -16,9 +16,9 @@
 //! 1. **find**: the key is in no candidate slot (a *pending* slot of the key is
 //!    waited for a bounded spin, then withdrawn: its placer may be dead);
 //! 2. **decide** from the sketch's start state `s0`; a denial places nothing;
-//! 3. **claim** a free slot by CAS, marked *pending* (bit 127) with the new state:
-//!    nobody decides on a pending slot, and nobody but the validation rule below
-//!    touches it;
+//! 3. **claim** a free slot by CAS, marked *pending* (bit 127) with a token unique
+//!    to this claim where the state will go: nobody decides on a pending slot,
+//!    and nobody but the validation rule below touches it until it is stale;
 //! 4. **validate**: look at every other candidate slot again. Another slot of
 //!    the key that is committed wins: withdraw ours (CAS it empty), decide again.
 //!    Another pending one: the one earlier in the scan order wins; the later one
@@ -26,7 +26,9 @@
 //! 5. **re-read the sketch**: if the start state is no longer `s0` (the key was
 //!    evicted meanwhile and folded there), withdraw and decide again;
 //! 6. **commit**: CAS our exact pending value to the committed one. If it fails,
-//!    someone withdrew it: start over.
+//!    someone withdrew it: start over. (The token is why a withdrawn claim made
+//!    again by a third placer of the key is not our value: see
+//!    [`super::slot::pending`].)
 //!
 //! At most one slot of a key is ever committed: of two placers, the one that
 //! validates second sees the other's claim (each claims before it validates),
@@ -36,14 +38,18 @@
 //! steps leaves either nothing, a free slot it evicted into the sketch (its key's
 //! state is in the sketch: step 5's order), or a pending slot, which is nobody's
 //! state: the next placement of that key withdraws it after a bounded spin, and
-//! any placement takes it over once its proposed state is fresh.
+//! any placement takes it over once it is stale (about a second old by the
+//! placer's clock).
+//!
+//! A withdrawing CAS that fails (step 4) means the claim moved on — it may have
+//! been committed meanwhile — so the slot is looked at again, never assumed gone.
 
 use core::hash::BuildHasher;
 
 use super::Keyed;
 use super::slot::{
-    FP_MASK, GROUP_SLOTS, Group, KeySlot, PENDING, Slot, claimed, committed_to, fp_of, is_pending,
-    state_of,
+    FP_MASK, GROUP_SLOTS, Group, KeySlot, Slot, claimed, committed_to, fp_of, is_pending, pending,
+    pending_held, state_of,
 };
 use super::stats::{Event, FullPolicy};
 use crate::decision::Decision;
@@ -306,7 +312,7 @@ fn place<A: Algorithm, S: Space<A> + ?Sized>(
                 return Ok(Some((step, start)));
             }
         };
-        let pending = PENDING | claimed(fp, next);
+        let pending = pending(fp, now);
         if !slot.cas(prev, pending) {
             continue;
         }
@@ -346,15 +352,18 @@ fn validate(probe: &Probe<'_>, mine: &Slot, ours: u128) -> bool {
             earlier = false;
             continue;
         }
-        let v = s.load();
-        if fp_of(v) != probe.fp {
-            continue;
+        let mut v = s.load();
+        while fp_of(v) == probe.fp {
+            if !is_pending(v) || earlier {
+                return false;
+            }
+            // A later pending claim of the key loses to ours. If the withdrawal
+            // fails, the claim moved on — committed, perhaps: look again.
+            if s.cas(v, 0) {
+                break;
+            }
+            v = s.load();
         }
-        if !is_pending(v) || earlier {
-            return false;
-        }
-        // A later pending claim of the key loses to ours.
-        s.cas(v, 0);
     }
     mine.load() == ours
 }
@@ -395,7 +404,12 @@ fn choose<'a, A: Algorithm, S: Space<A> + ?Sized>(
             if !space.may_take(v, bounded) {
                 continue;
             }
-            match space.held(p, v, now) {
+            let held = if is_pending(v) {
+                pending_held(v, now)
+            } else {
+                space.held(p, v, now)
+            };
+            match held {
                 Held::Empty => {
                     r.empty.get_or_insert((s, v));
                     r.free += 1;
