@@ -102,6 +102,7 @@ pub trait Algorithm {
 /// A seqlock of parameter words: read on every check, written only by
 /// reconfiguration. Readers never write; a reader that overlaps a writer retries.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct ConfigCell {
     seq: AtomicU64,
     words: [AtomicU64; PARAM_WORDS],
@@ -152,6 +153,40 @@ impl ConfigCell {
             }
             spin_loop();
         }
+    }
+
+    /// Stores `w` outright, without the sequence number: only before the cell
+    /// is published to readers (a pool registry entry in caller memory, whose
+    /// words never change once alive, is read without a writer ever holding it).
+    #[cfg(feature = "std")]
+    pub(crate) fn init(&self, w: [u64; PARAM_WORDS]) {
+        for (slot, v) in self.words.iter().zip(w) {
+            slot.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The words, if no writer holds the cell within a bounded spin: for cells
+    /// in memory other processes write (a writer killed mid-update, or stray
+    /// bytes, must not hang a reader).
+    #[cfg(feature = "std")]
+    pub(crate) fn try_load(&self) -> Option<[u64; PARAM_WORDS]> {
+        for _ in 0..64 {
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 & 1 == 0 {
+                let w = [
+                    self.words[0].load(Ordering::Relaxed),
+                    self.words[1].load(Ordering::Relaxed),
+                    self.words[2].load(Ordering::Relaxed),
+                    self.words[3].load(Ordering::Relaxed),
+                ];
+                fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == s1 {
+                    return Some(w);
+                }
+            }
+            spin_loop();
+        }
+        None
     }
 
     /// New parameters of algorithm `A` from `quota`, validated against the

@@ -149,10 +149,7 @@ where
     Member<A>: Send + Sync,
 {
     fn set_quota(&self, q: &Quota) -> Result<(), ConfigError> {
-        match self.config() {
-            Some(c) => c.requota::<A>(q),
-            None => Err(ConfigError::Immutable { field: "pool" }),
-        }
+        Member::set_quota(self, q)
     }
     fn set_policy(&mut self, policy: FullPolicy) {
         self.policy = policy;

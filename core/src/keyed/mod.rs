@@ -114,7 +114,7 @@ use crate::quota::Quota;
 #[cfg(feature = "std")]
 pub use any::{AnyKeyed, KeyHash};
 #[cfg(feature = "std")]
-pub use pool::Pool;
+pub use pool::{Pool, PoolMemory, RegistryEntry};
 use sketch::Cells;
 use slot::committed_state;
 pub use slot::{GROUP_SLOTS, Group, Slot};
@@ -425,6 +425,6 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Keyed<A, C, S, H> {
         for g in self.groups.as_ref() {
             g.clear();
         }
-        self.sketch.clear();
+        self.sketch.get().clear();
     }
 }

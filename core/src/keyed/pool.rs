@@ -68,7 +68,7 @@ use core::fmt;
 use core::marker::PhantomData;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use super::sketch::{self, Cells};
+use super::sketch::{self, Sketch};
 use super::slot::{GROUP_SLOTS, Group, Slot, committed_state, fp_of, is_pending, state_of};
 use super::stats::{Event, FullPolicy, KeyedStats, Stats};
 use super::table::{Held, Space, judge};
@@ -76,6 +76,7 @@ use super::{DefaultHashBuilder, random_hasher, try_boxed};
 use crate::error::ConfigError;
 use crate::kind::{Dispatch, Kind};
 use crate::limiter::{Algorithm, ConfigCell, PARAM_WORDS};
+use crate::quota::Quota;
 use crate::shaper::Shaping;
 use crate::spec::SpecError;
 use crate::sync::{AtomicU64, order};
@@ -116,11 +117,21 @@ const FREE: u64 = 0;
 const ALIVE: u64 = 1;
 const GONE: u64 = 2;
 
-/// One id's entry: what the pool knows of the limit that holds it.
+/// One id's entry in a pool's registry: what the pool knows of the limit that
+/// holds it. Opaque: it is public only so that memory for a pool's registry can
+/// be laid out by the caller ([`PoolMemory`]). Its layout is fixed (`repr(C)`,
+/// 8-byte aligned, every field an atomic word) and all-zero bytes are a free
+/// entry.
 #[derive(Debug)]
-struct Entry {
-    /// [`FREE`], [`ALIVE`] or [`GONE`] (awaiting a sweep).
+#[repr(C)]
+pub struct RegistryEntry {
+    /// [`FREE`], [`ALIVE`] or [`GONE`] (awaiting a sweep); in a registry in
+    /// caller memory, [`claiming`] while a registration fills it in.
     state: AtomicU64,
+    /// In caller memory: the identity of the limit registered here (its kind,
+    /// parameters and bound, hashed; never 0), so that a limit registered again
+    /// by another handle — another process — finds it.
+    ident: AtomicU64,
     /// The limit's algorithm, as its index in [`Kind::ALL`].
     kind: AtomicU64,
     /// Its parameters (shared with its handle: a `set_spec` changes them here).
@@ -141,10 +152,26 @@ struct Entry {
     stats: Stats<1>,
 }
 
-impl Entry {
-    fn new() -> Self {
+type Entry = RegistryEntry;
+
+impl Default for RegistryEntry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RegistryEntry {
+    /// A free entry (the same as all-zero bytes).
+    ///
+    /// ```
+    /// use sluicegate::keyed::RegistryEntry;
+    /// let registry: Vec<RegistryEntry> = (0..16).map(|_| RegistryEntry::new()).collect();
+    /// # assert_eq!(registry.len(), 16);
+    /// ```
+    pub fn new() -> Self {
         Entry {
             state: AtomicU64::new(FREE),
+            ident: AtomicU64::new(0),
             kind: AtomicU64::new(0),
             config: ConfigCell::new([0; PARAM_WORDS]),
             salt: AtomicU64::new(0),
@@ -165,12 +192,19 @@ impl Entry {
 
     /// The live limit's kind, parameters and generation, read consistently: `None`
     /// if it is not alive or was registered anew while being read.
-    fn alive(&self) -> Option<(Kind, [u64; PARAM_WORDS], u64)> {
+    /// In caller memory (`caller`) the words are read with a bounded spin and
+    /// an impossible kind is `None` too.
+    fn alive(&self, caller: bool) -> Option<(Kind, [u64; PARAM_WORDS], u64)> {
         let generation = self.generation.load(order::LOAD);
         if self.state.load(order::LOAD) != ALIVE {
             return None;
         }
-        let (kind, words) = (self.kind(), self.config.load());
+        let (kind, words) = if caller {
+            let i = self.kind.load(order::STAT) as usize;
+            (*Kind::ALL.get(i)?, self.config.try_load()?)
+        } else {
+            (self.kind(), self.config.load())
+        };
         (self.generation.load(order::LOAD) == generation).then_some((kind, words, generation))
     }
 }
@@ -184,12 +218,104 @@ struct Ids {
     gone: Vec<u16>,
 }
 
+/// Memory for a pool's slots, sketch cells and registry that the caller
+/// provides — for example a region of shared memory that several processes
+/// map, so that their limits are one ([`Pool::in_memory`]).
+///
+/// Every part is atomic words: all-zero bytes are an empty pool. What a pool in
+/// caller memory does differently from one of its own:
+///
+/// * **Registration finds, not only adds.** A limit is identified by its kind,
+///   parameters and bound; registering one that another handle (another
+///   process) registered already joins it, so the two share its keys' state.
+///   Two limits that differ in anything never share an entry. Entries are
+///   probed from a hash of the identity and claimed by compare-and-swap; a
+///   registration that dies half-way is completed by the next one of the same
+///   identity (every field it writes is a function of the identity).
+/// * **Parameters are fixed** once registered: `set_spec` on such a limit is
+///   refused ([`ConfigError::Immutable`] for `"shared"`). Build a limiter of the
+///   new spec instead: it gets an entry of its own.
+/// * **Nothing is freed by a drop**: another process may still use the limit.
+///   The registry holds as many limits as it has entries
+///   ([`SpecError::PoolFull`] beyond); a new region is the way to compact.
+/// * **Keys hash with a fixed seed** ([`PoolMemory::seed`]), so that one key
+///   lands in the same slot from every handle. The hash of a `K: Hash` key is
+///   foldhash's, stable only within one foldhash version: callers that need a
+///   key to hash the same across languages and versions compute their own
+///   [`super::KeyHash`] from the key's bytes and use the `_hashed` checks.
+/// * **Contents are untrusted:** a registry entry or slot with impossible
+///   contents makes decisions conservative, never a panic or an unbounded loop.
+///
+/// ```
+/// use sluicegate::keyed::{AnyKeyed, Group, Pool, PoolMemory, RegistryEntry, Slot};
+/// use sluicegate::{Kind, Spec};
+/// #[derive(Debug)]
+/// struct Mem { groups: Vec<Group>, cells: Vec<Slot>, registry: Vec<RegistryEntry> }
+/// impl PoolMemory for Mem {
+///     fn groups(&self) -> &[Group] { &self.groups }
+///     fn cells(&self) -> &[Slot] { &self.cells }
+///     fn registry(&self) -> &[RegistryEntry] { &self.registry }
+///     fn seed(&self) -> u64 { 42 }
+/// }
+/// let mem = std::sync::Arc::new(Mem {
+///     groups: (0..64).map(|_| Group::new()).collect(),
+///     cells: (0..64).map(|_| Slot::new()).collect(),
+///     registry: (0..8).map(|_| RegistryEntry::new()).collect(),
+/// });
+/// // Two pools over one memory (as two processes would map one region).
+/// let (a, b) = (Pool::in_memory(mem.clone())?, Pool::in_memory(mem)?);
+/// let spec = Spec::parse(Kind::TokenBucket, "2/minute")?;
+/// let (ta, tb) = (AnyKeyed::in_pool(&a, &spec, 100, ())?, AnyKeyed::in_pool(&b, &spec, 100, ())?);
+/// assert!(ta.check_n_at("k", 1, 0)?.decision.allowed);
+/// assert!(tb.check_n_at("k", 1, 0)?.decision.allowed);
+/// assert!(!ta.check_n_at("k", 1, 0)?.decision.allowed); // one limit between them
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait PoolMemory: fmt::Debug + Send + Sync + 'static {
+    /// The slots (at least one group).
+    fn groups(&self) -> &[Group];
+    /// The sketch's cells (none: no eviction remembered, so a full pool turns
+    /// new keys away instead of evicting).
+    fn cells(&self) -> &[Slot];
+    /// The registry (at most 65,535 entries are used).
+    fn registry(&self) -> &[RegistryEntry];
+    /// The seed of key hashes and limit salts: the same for every handle on
+    /// one memory.
+    fn seed(&self) -> u64;
+}
+
+impl<M: PoolMemory> PoolMemory for Arc<M> {
+    fn groups(&self) -> &[Group] {
+        (**self).groups()
+    }
+    fn cells(&self) -> &[Slot] {
+        (**self).cells()
+    }
+    fn registry(&self) -> &[RegistryEntry] {
+        (**self).registry()
+    }
+    fn seed(&self) -> u64 {
+        (**self).seed()
+    }
+}
+
+/// Where a pool's words live.
+#[derive(Debug)]
+enum Memory {
+    /// Its own allocation; registry chunks allocated as ids are first used.
+    Own {
+        groups: Box<[Group]>,
+        cells: Box<[Slot]>,
+        chunks: Box<[OnceLock<Box<[Entry]>>]>,
+    },
+    /// The caller's.
+    Caller(Box<dyn PoolMemory>),
+}
+
 #[derive(Debug)]
 struct Inner {
-    groups: Box<[Group]>,
-    cells: Cells,
+    memory: Memory,
     hasher: DefaultHashBuilder,
-    chunks: Box<[OnceLock<Box<[Entry]>>]>,
     ids: Mutex<Ids>,
 }
 
@@ -246,14 +372,46 @@ impl Pool {
         let chunks = try_boxed(MAX_ID.div_ceil(CHUNK), OnceLock::new).map_err(alloc)?;
         Ok(Pool {
             inner: Arc::new(Inner {
-                groups,
-                cells: Cells::Owned(cells),
+                memory: Memory::Own {
+                    groups,
+                    cells,
+                    chunks,
+                },
                 hasher: random_hasher(),
-                chunks,
                 ids: Mutex::new(Ids {
                     next: 1,
                     ..Ids::default()
                 }),
+            }),
+        })
+    }
+
+    /// A pool over memory the caller provides (see [`PoolMemory`]: several
+    /// pools over one memory are one pool). Errors if it has no slots.
+    ///
+    /// ```
+    /// use sluicegate::keyed::{Group, Pool, PoolMemory, RegistryEntry, Slot};
+    /// #[derive(Debug)]
+    /// struct Empty;
+    /// impl PoolMemory for Empty {
+    ///     fn groups(&self) -> &[Group] { &[] }
+    ///     fn cells(&self) -> &[Slot] { &[] }
+    ///     fn registry(&self) -> &[RegistryEntry] { &[] }
+    ///     fn seed(&self) -> u64 { 0 }
+    /// }
+    /// assert!(Pool::in_memory(Empty).is_err());
+    /// ```
+    pub fn in_memory(memory: impl PoolMemory) -> Result<Pool, SpecError> {
+        if memory.groups().is_empty() {
+            let error = ConfigError::Zero { field: "memory" };
+            return Err(SpecError::Config { index: 0, error });
+        }
+        let seed = memory.seed();
+        Ok(Pool {
+            inner: Arc::new(Inner {
+                memory: Memory::Caller(Box::new(memory)),
+                hasher: DefaultHashBuilder::with_seed(seed, foldhash::SharedSeed::global_fixed()),
+                ids: Mutex::new(Ids::default()),
             }),
         })
     }
@@ -266,7 +424,7 @@ impl Pool {
     /// # Ok::<(), sluicegate::SpecError>(())
     /// ```
     pub fn capacity(&self) -> usize {
-        self.inner.groups.len() * GROUP_SLOTS
+        self.inner.groups().len() * GROUP_SLOTS
     }
 
     /// Bytes of slots and sketch.
@@ -278,7 +436,8 @@ impl Pool {
     /// # Ok::<(), sluicegate::SpecError>(())
     /// ```
     pub fn memory(&self) -> usize {
-        core::mem::size_of_val(&*self.inner.groups) + core::mem::size_of_val(self.inner.cells.get())
+        core::mem::size_of_val(self.inner.groups())
+            + core::mem::size_of_val(self.inner.cells().get())
     }
 
     /// Whether `other` is a handle to the same pool.
@@ -308,6 +467,10 @@ impl Pool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn limits(&self) -> usize {
+        if let Memory::Caller(m) = &self.inner.memory {
+            let alive = |e: &&Entry| e.state.load(order::LOAD) == ALIVE;
+            return m.registry().iter().skip(1).filter(alive).count();
+        }
         let ids = self
             .inner
             .ids
@@ -333,7 +496,7 @@ impl Pool {
     /// ```
     pub fn live_keys_at(&self, now: u64) -> Vec<usize> {
         let mut live = Vec::new();
-        for s in self.inner.groups.iter().flat_map(|g| g.slots().iter()) {
+        for s in self.inner.groups().iter().flat_map(|g| g.slots().iter()) {
             let v = s.load();
             let id = id_of(v) as usize;
             if id != 0 && matches!(self.inner.judge(v, now), Held::Live { .. }) {
@@ -359,6 +522,9 @@ impl Pool {
         bound: usize,
     ) -> Result<Member<A>, SpecError> {
         let inner = &self.inner;
+        if let Memory::Caller(m) = &inner.memory {
+            return self.join::<A>(m.registry(), kind, words, bound);
+        }
         let mut ids = inner.ids.lock().unwrap_or_else(PoisonError::into_inner);
         if ids.free.is_empty() && ids.next > MAX_ID {
             inner.sweep(&mut ids);
@@ -399,10 +565,129 @@ impl Pool {
             id: id as u64,
             tag: tag(id as u64, generation),
             salt,
+            fixed: None,
             policy: FullPolicy::default(),
             _algorithm: PhantomData,
         })
     }
+
+    /// [`Self::register`] in a registry in caller memory: joins the entry of
+    /// an identical limit (kind, parameters, bound) if one is there, else claims
+    /// a free one. Entries are probed from a hash of the identity, so two
+    /// handles registering one limit at once meet at the same first free entry,
+    /// and only one claims it; the other waits for it to be filled in, and
+    /// fills it in itself if the claimer does not finish (it may have died:
+    /// every field written is a function of the identity and the seed).
+    fn join<A: Algorithm>(
+        &self,
+        registry: &[Entry],
+        kind: Kind,
+        words: [u64; PARAM_WORDS],
+        bound: usize,
+    ) -> Result<Member<A>, SpecError> {
+        // Entry 0 is never used (id 0 marks an empty slot).
+        let n = registry.len().min(MAX_ID + 1).saturating_sub(1);
+        let kind_index = Kind::ALL.iter().position(|k| *k == kind).unwrap_or(0) as u64;
+        let bound = bound as u64;
+        let ident = identity(kind_index, &words, bound);
+        let salt = mix(ident ^ self.inner.hasher_seed().rotate_left(29));
+        let fill = |e: &Entry| {
+            e.kind.store(kind_index, order::STAT);
+            e.config.init(words);
+            e.salt.store(salt, order::STAT);
+            e.bound.store(bound, order::STAT);
+            e.generation.store(1, order::STAT);
+            e.ident.store(ident, order::STORE);
+        };
+        let same = |e: &Entry| {
+            e.ident.load(order::LOAD) == ident
+                && e.kind.load(order::STAT) == kind_index
+                && e.bound.load(order::STAT) == bound
+                && e.config.try_load() == Some(words)
+        };
+        let first = if n == 0 {
+            0
+        } else {
+            (ident % n as u64) as usize
+        };
+        for step in 0..n {
+            let id = 1 + (first + step) % n;
+            let e = &registry[id];
+            let mut spins = 0;
+            loop {
+                match e.state.load(order::LOAD) {
+                    FREE => {
+                        if e.state
+                            .compare_exchange(FREE, claiming(ident), order::STORE, order::STAT)
+                            .is_ok()
+                        {
+                            fill(e);
+                            e.state.store(ALIVE, order::STORE);
+                            return Ok(self.member(id, salt, words));
+                        }
+                    }
+                    st if st == claiming(ident) => {
+                        if spins < CLAIM_SPINS {
+                            spins += 1;
+                            crate::sync::spin_loop();
+                        } else {
+                            // Its claimer is slow or dead: finish for it.
+                            fill(e);
+                            let _ = e
+                                .state
+                                .compare_exchange(st, ALIVE, order::STORE, order::STAT);
+                        }
+                    }
+                    ALIVE if same(e) => return Ok(self.member(id, salt, words)),
+                    // Another limit's (alive or being claimed), or contents that
+                    // mean nothing: the next entry.
+                    _ => break,
+                }
+            }
+        }
+        Err(SpecError::PoolFull { max: n })
+    }
+
+    /// The handle of the limit at entry `id` of a registry in caller memory.
+    fn member<A>(&self, id: usize, salt: u64, words: [u64; PARAM_WORDS]) -> Member<A> {
+        Member {
+            inner: self.inner.clone(),
+            id: id as u64,
+            tag: tag(id as u64, 1),
+            salt,
+            fixed: Some(words),
+            policy: FullPolicy::default(),
+            _algorithm: PhantomData,
+        }
+    }
+}
+
+/// How many times a registration in caller memory looks again at an entry
+/// another handle is filling in for the same limit before it fills it in itself.
+const CLAIM_SPINS: usize = 1 << 12;
+
+/// A registry entry being filled in for the limit of identity `ident` (the low
+/// two bits 3 set it apart from [`FREE`], [`ALIVE`] and [`GONE`]).
+fn claiming(ident: u64) -> u64 {
+    (ident << 2) | 3
+}
+
+/// A limit's identity in a registry in caller memory: its kind (the index in
+/// [`Kind::ALL`]), parameter words and bound, mixed into 62 bits (never 0).
+/// Stable across versions: part of the layout of such a registry.
+fn identity(kind: u64, words: &[u64; PARAM_WORDS], bound: u64) -> u64 {
+    let mut h = mix(kind ^ 0x5a17_6a7e);
+    for w in words.iter().chain([&bound]) {
+        h = mix(h ^ *w);
+    }
+    (h >> 2).max(1)
+}
+
+/// A fixed bijective mix of 64 bits (the finaliser of SplitMix64).
+fn mix(x: u64) -> u64 {
+    let x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 /// The sketch-cell owner tag of generation `generation` of id `id`.
@@ -411,13 +696,40 @@ fn tag(id: u64, generation: u64) -> u64 {
 }
 
 impl Inner {
+    #[inline(always)]
+    fn groups(&self) -> &[Group] {
+        match &self.memory {
+            Memory::Own { groups, .. } => groups,
+            Memory::Caller(m) => m.groups(),
+        }
+    }
+
+    fn cells(&self) -> Sketch<'_> {
+        Sketch(match &self.memory {
+            Memory::Own { cells, .. } => cells,
+            Memory::Caller(m) => m.cells(),
+        })
+    }
+
+    /// Whether the registry lives in caller memory (shared with other handles).
+    fn in_caller_memory(&self) -> bool {
+        matches!(self.memory, Memory::Caller(_))
+    }
+
     fn entry(&self, id: u64) -> Option<&Entry> {
         let id = id as usize;
-        self.chunks.get(id / CHUNK)?.get()?.get(id % CHUNK)
+        match &self.memory {
+            Memory::Own { chunks, .. } => chunks.get(id / CHUNK)?.get()?.get(id % CHUNK),
+            // Id 0 marks an empty slot: entry 0 is never used.
+            Memory::Caller(m) => m.registry().get(id).filter(|_| id != 0 && id <= MAX_ID),
+        }
     }
 
     fn entry_or_alloc(&self, id: usize) -> Option<&Entry> {
-        let chunk = self.chunks.get(id / CHUNK)?;
+        let Memory::Own { chunks, .. } = &self.memory else {
+            return None;
+        };
+        let chunk = chunks.get(id / CHUNK)?;
         if chunk.get().is_none() {
             let fresh = try_boxed(CHUNK, Entry::new).ok()?;
             let _ = chunk.set(fresh);
@@ -427,16 +739,17 @@ impl Inner {
 
     /// The index of `slot` among the pool's slots.
     fn index_of(&self, slot: &Slot) -> Option<usize> {
-        let base = self.groups.as_ptr() as usize;
+        let base = self.groups().as_ptr() as usize;
         let offset = (slot as *const Slot as usize).checked_sub(base)?;
         let group = offset / core::mem::size_of::<Group>();
         let within = offset % core::mem::size_of::<Group>() / core::mem::size_of::<Slot>();
-        (group < self.groups.len() && within < GROUP_SLOTS).then_some(group * GROUP_SLOTS + within)
+        (group < self.groups().len() && within < GROUP_SLOTS)
+            .then_some(group * GROUP_SLOTS + within)
     }
 
     /// The slot at `index`.
     fn slot(&self, index: usize) -> Option<&Slot> {
-        self.groups
+        self.groups()
             .get(index / GROUP_SLOTS)?
             .slots()
             .get(index % GROUP_SLOTS)
@@ -456,7 +769,7 @@ impl Inner {
         let Some(e) = self.entry(id_of(v)) else {
             return Held::Fresh;
         };
-        match e.alive() {
+        match e.alive(self.in_caller_memory()) {
             Some((kind, words, _)) => kind.dispatch(Judge { words, v, now }),
             // Registered anew while being read: leave it be.
             None if e.state.load(order::LOAD) == ALIVE => Held::Live { left: u64::MAX },
@@ -470,7 +783,7 @@ impl Inner {
         let Some(e) = self.entry(id_of(v)) else {
             return true;
         };
-        match e.alive() {
+        match e.alive(self.in_caller_memory()) {
             Some((kind, words, generation)) => kind.dispatch(Fold {
                 pool: self,
                 owner: tag(id_of(v), generation),
@@ -493,7 +806,7 @@ impl Inner {
         let Some(e) = self.entry(owner & ID_MASK) else {
             return true;
         };
-        match e.alive() {
+        match e.alive(self.in_caller_memory()) {
             Some((kind, words, generation)) if tag(owner & ID_MASK, generation) == owner => {
                 let as_slot =
                     (u128::from((owner & ID_MASK) << HASH_BITS) << 64) | u128::from(state_of(c));
@@ -519,10 +832,10 @@ impl Inner {
             self.entry(id)
                 .is_some_and(|e| e.state.load(order::LOAD) == GONE)
         };
-        for g in self.groups.iter() {
+        for g in self.groups().iter() {
             g.clear_where(|v| gone(id_of(v)));
         }
-        self.cells.clear_where(|owner| gone(owner & ID_MASK));
+        self.cells().clear_where(|owner| gone(owner & ID_MASK));
         for id in ids.gone.drain(..) {
             if let Some(e) = self.entry(u64::from(id)) {
                 e.state.store(FREE, order::STORE);
@@ -569,7 +882,7 @@ impl Dispatch for Fold<'_> {
     fn word<A: Algorithm + fmt::Debug + Send + Sync + 'static>(self) -> bool {
         let p = A::from_words(self.words);
         let (v, now, pool) = (self.v, self.now, self.pool);
-        pool.cells
+        pool.cells()
             .fold::<A>(&p, self.owner, fp_of(v), state_of(v), now, |c| {
                 pool.cell_fresh(c, now)
             })
@@ -589,6 +902,8 @@ pub(super) struct Member<A> {
     /// Its sketch cells' owner tag.
     tag: u64,
     salt: u64,
+    /// In a registry in caller memory, the parameters (fixed there).
+    fixed: Option<[u64; PARAM_WORDS]>,
     pub(super) policy: FullPolicy,
     _algorithm: PhantomData<fn() -> A>,
 }
@@ -603,6 +918,10 @@ impl<A> fmt::Debug for Member<A> {
 
 impl<A> Drop for Member<A> {
     fn drop(&mut self) {
+        if self.fixed.is_some() {
+            // Another handle (another process) may use it still.
+            return;
+        }
         let mut ids = self
             .inner
             .ids
@@ -628,11 +947,21 @@ impl<A: Algorithm> Member<A> {
         self.entry().map(|e| &e.config)
     }
 
+    /// Changes this limit's quota live; refused in caller memory, where
+    /// parameters are fixed (other handles may use them).
+    pub(super) fn set_quota(&self, q: &Quota) -> Result<(), ConfigError> {
+        match self.config() {
+            Some(c) if self.fixed.is_none() => c.requota::<A>(q),
+            Some(_) => Err(ConfigError::Immutable { field: "shared" }),
+            None => Err(ConfigError::Immutable { field: "pool" }),
+        }
+    }
+
     /// Keys of this limit holding live state at `now` (a scan of the pool).
     pub(super) fn len_at(&self, now: u64) -> usize {
         let p = Space::<A>::params(self);
         self.inner
-            .groups
+            .groups()
             .iter()
             .flat_map(|g| g.slots().iter())
             .filter(|s| {
@@ -650,17 +979,17 @@ impl<A: Algorithm> Member<A> {
     /// The most live keys this limit holds.
     pub(super) fn bound(&self) -> usize {
         let bound = self.entry().map_or(0, |e| e.bound.load(order::STAT));
-        (bound as usize).min(self.inner.groups.len() * GROUP_SLOTS)
+        (bound as usize).min(self.inner.groups().len() * GROUP_SLOTS)
     }
 
     /// Forgets this limit's keys (not atomic with concurrent checks).
     pub(super) fn clear(&self) {
         let id = self.id;
-        for g in self.inner.groups.iter() {
+        for g in self.inner.groups().iter() {
             g.clear_where(|v| id_of(v) == id);
         }
         let tag = self.tag;
-        self.inner.cells.clear_where(|owner| owner == tag);
+        self.inner.cells().clear_where(|owner| owner == tag);
         if let Some(e) = self.entry() {
             e.held.store(0, order::STAT);
         }
@@ -670,11 +999,14 @@ impl<A: Algorithm> Member<A> {
 impl<A: Algorithm> Space<A> for Member<A> {
     #[inline(always)]
     fn groups(&self) -> &[Group] {
-        &self.inner.groups
+        self.inner.groups()
     }
     #[inline(always)]
     fn params(&self) -> A::Params {
-        A::from_words(self.config().map_or([0; PARAM_WORDS], ConfigCell::load))
+        A::from_words(match self.fixed {
+            Some(words) => words,
+            None => self.config().map_or([0; PARAM_WORDS], ConfigCell::load),
+        })
     }
     #[inline(always)]
     fn locate(&self, h: u64) -> (u64, u64) {
@@ -698,7 +1030,7 @@ impl<A: Algorithm> Space<A> for Member<A> {
         self.inner.fold(v, now)
     }
     fn start(&self, p: &A::Params, fp: u64, now: u64) -> u64 {
-        self.inner.cells.start::<A>(p, self.tag, fp, now)
+        self.inner.cells().start::<A>(p, self.tag, fp, now)
     }
     fn full_policy(&self) -> FullPolicy {
         self.policy
@@ -788,5 +1120,152 @@ impl<A: Algorithm> Space<A> for Member<A> {
             }
         }
         false
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::keyed::AnyKeyed;
+    use crate::spec::Spec;
+
+    #[derive(Debug)]
+    struct Mem {
+        groups: Vec<Group>,
+        cells: Vec<Slot>,
+        registry: Vec<RegistryEntry>,
+    }
+
+    impl PoolMemory for Mem {
+        fn groups(&self) -> &[Group] {
+            &self.groups
+        }
+        fn cells(&self) -> &[Slot] {
+            &self.cells
+        }
+        fn registry(&self) -> &[RegistryEntry] {
+            &self.registry
+        }
+        fn seed(&self) -> u64 {
+            7
+        }
+    }
+
+    fn memory(groups: usize, entries: usize) -> Arc<Mem> {
+        Arc::new(Mem {
+            groups: (0..groups).map(|_| Group::new()).collect(),
+            cells: (0..64).map(|_| Slot::new()).collect(),
+            registry: (0..entries).map(|_| RegistryEntry::new()).collect(),
+        })
+    }
+
+    /// xorshift64*.
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed | 1;
+        move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+    }
+
+    /// A registration that died after claiming its entry (the state says
+    /// "being filled in for this identity", nothing else is written) is
+    /// finished by the next registration of the same limit, which then shares
+    /// it; a registration of another limit passes it by.
+    #[test]
+    fn a_registration_that_died_half_way_is_finished_by_the_next() {
+        let mem = memory(8, 8);
+        let spec = Spec::parse(Kind::TokenBucket, "3/hour").unwrap();
+        let probe = Pool::in_memory(memory(8, 8)).unwrap();
+        let id = usize::from(AnyKeyed::in_pool(&probe, &spec, 10, ()).unwrap().pool_ids()[0]);
+        // The same identity claims the same first entry in any registry of
+        // this size: leave it claimed and empty, as a killed registrar would.
+        let words = mem.registry[id].ident.load(order::LOAD);
+        assert_eq!(words, 0);
+        let ident = probe
+            .inner
+            .entry(id as u64)
+            .unwrap()
+            .ident
+            .load(order::LOAD);
+        mem.registry[id].state.store(claiming(ident), order::STORE);
+        let pool = Pool::in_memory(mem.clone()).unwrap();
+        let other = Spec::parse(Kind::TokenBucket, "4/hour").unwrap();
+        let o = AnyKeyed::in_pool(&pool, &other, 10, ()).unwrap();
+        assert_ne!(usize::from(o.pool_ids()[0]), id);
+        let t = AnyKeyed::in_pool(&pool, &spec, 10, ()).unwrap();
+        assert_eq!(usize::from(t.pool_ids()[0]), id);
+        assert_eq!(mem.registry[id].state.load(order::LOAD), ALIVE);
+        assert!(t.check_n_at("k", 3, 0).unwrap().decision.allowed);
+        assert!(!t.check_n_at("k", 1, 0).unwrap().decision.allowed);
+    }
+
+    /// Random words in every slot, cell and registry entry (another process's
+    /// stray writes): registering and checking every keyed kind neither panics
+    /// nor hangs, and a limit registered afterwards still never admits more
+    /// than its quota for a key.
+    #[test]
+    fn random_contents_never_panic_or_hang() {
+        for seed in 1..=20u64 {
+            let mem = memory(8, 16);
+            let mut next = rng(seed);
+            let scribble = |s: &Slot, v: u128| {
+                let _ = s.cas(s.load(), v);
+            };
+            let mut r128 = || (u128::from(next()) << 64) | u128::from(next());
+            for g in &mem.groups {
+                for s in g.slots() {
+                    scribble(s, r128());
+                }
+            }
+            for c in &mem.cells {
+                scribble(c, r128());
+            }
+            let mut next = rng(seed ^ 0xabc);
+            for (i, e) in mem.registry.iter().enumerate() {
+                // Some entries alive with random kinds and words, some claimed,
+                // some with impossible states.
+                let state = match (seed + i as u64) % 4 {
+                    0 => ALIVE,
+                    1 => claiming(next() >> 2),
+                    2 => next(),
+                    _ => FREE,
+                };
+                e.kind.store(next() % 8, order::STAT);
+                e.config.init([next(), next() % 4, next(), next()]);
+                e.bound.store(next(), order::STAT);
+                e.salt.store(next(), order::STAT);
+                e.generation.store(next() % 3, order::STAT);
+                e.ident.store(next(), order::STAT);
+                e.held.store(next(), order::STAT);
+                e.ring_at.store(next(), order::STAT);
+                for r in &e.ring {
+                    r.store(next(), order::STAT);
+                }
+                e.state.store(state, order::STORE);
+            }
+            let pool = Pool::in_memory(mem.clone()).unwrap();
+            for kind in Kind::ALL.into_iter().filter(|k| k.caps().keyed) {
+                let mut spec = Spec::parse(kind, "2/hour").unwrap();
+                if kind.caps().max_delay {
+                    spec = spec.with_max_delay_ns(0).unwrap();
+                }
+                let Ok(t) = AnyKeyed::in_pool(&pool, &spec, 4, ()) else {
+                    continue;
+                };
+                for k in 0..50u64 {
+                    // Three requests at one instant: at most the quota of 2.
+                    let now = next() % (1 << 40);
+                    let admitted = (0..3)
+                        .filter(|_| t.check_n_at(&k, 1, now).is_ok_and(|o| o.decision.allowed))
+                        .count();
+                    let _ = pool.live_keys_at(next());
+                    assert!(admitted <= 2, "{kind}: key {k}: {admitted}");
+                }
+                t.clear();
+            }
+        }
     }
 }

@@ -69,17 +69,30 @@ pub(super) enum Cells {
 
 impl Cells {
     #[inline]
-    pub(super) fn get(&self) -> &[Slot] {
+    pub(super) fn get(&self) -> Sketch<'_> {
         match self {
             #[cfg(feature = "alloc")]
-            Cells::Owned(c) => c,
-            Cells::None => &[],
+            Cells::Owned(c) => Sketch(c),
+            Cells::None => Sketch(&[]),
         }
+    }
+}
+
+/// A sketch's cells, wherever they live (a table's own allocation, a pool's,
+/// or memory the caller provides).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Sketch<'a>(pub(super) &'a [Slot]);
+
+impl<'a> Sketch<'a> {
+    /// The cells.
+    #[inline]
+    pub(super) fn get(self) -> &'a [Slot] {
+        self.0
     }
 
     /// The cells of fingerprint `fp`: multiply-shift of three independent mixes.
     #[inline]
-    fn of(&self, fp: u64) -> Option<[&Slot; HASHES]> {
+    fn of(self, fp: u64) -> Option<[&'a Slot; HASHES]> {
         let cells = self.get();
         if cells.is_empty() {
             return None;
@@ -104,7 +117,7 @@ impl Cells {
     /// must not evict (cells already folded stay more restrictive for `owner`'s
     /// keys, never less).
     pub(super) fn fold<A: Algorithm>(
-        &self,
+        self,
         p: &A::Params,
         owner: u64,
         fp: u64,
@@ -144,7 +157,7 @@ impl Cells {
     /// `now`: fresh (`0`) if one of its cells is fresh or is not `owner`'s, else
     /// the cell that leaves the most room.
     #[inline]
-    pub(super) fn start<A: Algorithm>(&self, p: &A::Params, owner: u64, fp: u64, now: u64) -> u64 {
+    pub(super) fn start<A: Algorithm>(self, p: &A::Params, owner: u64, fp: u64, now: u64) -> u64 {
         let Some(cells) = self.of(fp) else {
             return 0;
         };
@@ -166,7 +179,7 @@ impl Cells {
     }
 
     /// Forgets the evicted keys of every owner `gone` selects.
-    pub(super) fn clear_where(&self, gone: impl Fn(u64) -> bool) {
+    pub(super) fn clear_where(self, gone: impl Fn(u64) -> bool) {
         for c in self.get() {
             let mut v = c.load();
             while fp_of(v) != 0 && gone(fp_of(v)) && !c.cas(v, 0) {
@@ -176,7 +189,7 @@ impl Cells {
     }
 
     /// Forgets every evicted key.
-    pub(super) fn clear(&self) {
+    pub(super) fn clear(self) {
         self.clear_where(|_| true);
     }
 }

@@ -114,7 +114,26 @@ fn claim_number() -> u32 {
 #[repr(transparent)]
 pub struct Slot(AtomicU128);
 
+#[cfg(not(loom))]
+impl Default for Slot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Slot {
+    /// An empty slot (a sketch cell's initial value; the same as all-zero
+    /// bytes): for sketch cells in caller memory ([`super::PoolMemory`]).
+    ///
+    /// ```
+    /// let cells: Vec<sluicegate::keyed::Slot> = (0..64).map(|_| sluicegate::keyed::Slot::new()).collect();
+    /// # assert_eq!(cells.len(), 64);
+    /// ```
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Slot(AtomicU128::new(0))
+    }
+
     /// An empty slot (a sketch cell's initial value).
     #[cfg(feature = "alloc")]
     pub(super) fn empty() -> Self {

@@ -60,6 +60,7 @@ pub struct KeyedStats {
 const STAT_STRIPES: usize = 8;
 
 #[derive(Debug)]
+#[repr(C)]
 struct StatCells([AtomicU64; 5]);
 
 impl StatCells {
@@ -85,6 +86,7 @@ pub(super) enum Event {
 /// The counters, striped by home group so that placements in different groups
 /// do not contend on one line (`N` stripes: a pool's many limits keep one each).
 #[derive(Debug)]
+#[repr(C)]
 pub(super) struct Stats<const N: usize = STAT_STRIPES>([CachePadded<StatCells>; N]);
 
 impl<const N: usize> Stats<N> {

@@ -502,10 +502,11 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Space<A> for Keyed<A, C
     }
     fn fold(&self, p: &A::Params, v: u128, now: u64) -> bool {
         self.sketch
+            .get()
             .fold::<A>(p, OWN, fp_of(v), state_of(v), now, |_| false)
     }
     fn start(&self, p: &A::Params, fp: u64, now: u64) -> u64 {
-        self.sketch.start::<A>(p, OWN, fp, now)
+        self.sketch.get().start::<A>(p, OWN, fp, now)
     }
     fn full_policy(&self) -> FullPolicy {
         self.policy
