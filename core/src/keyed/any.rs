@@ -27,6 +27,24 @@ use crate::spec::{Spec, SpecError};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyHash(u64);
 
+impl KeyHash {
+    /// A key hash computed by the caller: for tables whose keys must hash the
+    /// same in every process and language (a pool in shared memory hashes a
+    /// key's bytes with a documented function and seed).
+    ///
+    /// ```
+    /// use sluicegate::keyed::{AnyKeyed, KeyHash};
+    /// use sluicegate::{Kind, Spec};
+    /// let t = AnyKeyed::with_clock(&Spec::parse(Kind::TokenBucket, "1/s")?, 8, ())?;
+    /// assert!(t.check_n_at_hashed(KeyHash::from_raw(42), 1, 0)?.decision.allowed);
+    /// assert!(!t.check_n_at_hashed(KeyHash::from_raw(42), 1, 0)?.decision.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn from_raw(hash: u64) -> Self {
+        KeyHash(hash)
+    }
+}
+
 /// A keyed limiter of any keyed [`Kind`](crate::Kind), from a [`Spec`]: one state per key in a
 /// bounded table ([`Keyed`](super::Keyed), with its guarantees), one table per limit of a
 /// compound spec. A compound is all-or-nothing per key: a request is charged to

@@ -117,7 +117,7 @@ pub use any::{AnyKeyed, KeyHash};
 pub use pool::{Pool, PoolMemory, RegistryEntry};
 use sketch::Cells;
 use slot::committed_state;
-pub use slot::{GROUP_SLOTS, Group, Slot};
+pub use slot::{GROUP_SLOTS, Group, Slot, slots_lock_free};
 use stats::Stats;
 pub use stats::{FullPolicy, KeyedStats};
 

@@ -200,8 +200,16 @@ impl RegistryEntry {
             return None;
         }
         let (kind, words) = if caller {
-            let i = self.kind.load(order::STAT) as usize;
-            (*Kind::ALL.get(i)?, self.config.try_load()?)
+            // Words another process wrote are used only if they are what a
+            // registration wrote: the identity checks kind, words and bound
+            // (stray bytes would decode to parameters no spec makes).
+            let i = self.kind.load(order::STAT);
+            let words = self.config.try_load()?;
+            let bound = self.bound.load(order::STAT);
+            if self.ident.load(order::LOAD) != identity(i, &words, bound) {
+                return None;
+            }
+            (*Kind::ALL.get(i as usize)?, words)
         } else {
             (self.kind(), self.config.load())
         };

@@ -109,6 +109,24 @@ fn claim_number() -> u32 {
         .wrapping_add(offset.wrapping_mul(0x9E37_79B9))
 }
 
+/// Whether a slot's 128-bit compare-and-swap is lock-free on this CPU (native
+/// `cmpxchg16b`, `casp`, …). Where it is not, the atomics fall back to a lock in
+/// process memory, which another process does not see: memory shared between
+/// processes must refuse such a CPU.
+///
+/// ```
+/// # #[cfg(target_arch = "x86_64")]
+/// # if std::arch::is_x86_feature_detected!("cmpxchg16b") {
+/// assert!(sluicegate::keyed::slots_lock_free());
+/// # }
+/// ```
+pub fn slots_lock_free() -> bool {
+    #[cfg(loom)]
+    return true;
+    #[cfg(not(loom))]
+    AtomicU128::is_lock_free()
+}
+
 /// One table entry: fingerprint and state word in one 128-bit atomic.
 #[derive(Debug)]
 #[repr(transparent)]

@@ -1,0 +1,988 @@
+//! sluicegate's limits in shared memory: one region that every worker process
+//! of a host maps, so that `gunicorn -w 4` admits a limit once, not four times.
+//!
+//! A region is a file (normally under `/dev/shm`) holding one keyed
+//! [`Pool`]: its slots, its eviction sketch and its registry of limits. Every
+//! process that opens it maps the same words and runs core's compare-and-swap
+//! loop on them; no lock is ever taken on a check, so a process killed at any
+//! instruction leaves nothing held.
+//!
+//! ```
+//! use sluicegate::{Kind, Spec};
+//! use sluicegate_shm::{Options, Region};
+//! # let dir = std::env::temp_dir();
+//! # let file = format!("sg-doc-{}", std::process::id());
+//! # let path = dir.join(&file);
+//! // Every worker opens the same region (a bare name means /dev/shm/sluicegate-<name>).
+//! let region = Region::open(&path, &Options::default())?;
+//! let per_ip = region.keyed(&Spec::parse(Kind::TokenBucket, "2/minute")?, 10_000)?;
+//! assert!(per_ip.check("10.0.0.1")?.decision.allowed);
+//! // Another process opening the region sees the same limit and the same key:
+//! let other = Region::open(&path, &Options::default())?;
+//! let same = other.keyed(&Spec::parse(Kind::TokenBucket, "2/minute")?, 10_000)?;
+//! assert!(same.check("10.0.0.1")?.decision.allowed);
+//! assert!(!per_ip.check("10.0.0.1")?.decision.allowed);
+//! # sluicegate_shm::unlink(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What a region guarantees
+//! * **One limit across processes.** A limit is identified by its kind,
+//!   quotas and capacity: processes registering the same one share it, and two
+//!   different ones never mix (see [`sluicegate::keyed::PoolMemory`]). Keys hash
+//!   with XXH3-64 of their bytes and the region's seed, recorded in its header,
+//!   so one key lands in the same slot from every process, language and
+//!   version.
+//! * **One time base.** Every process reads `CLOCK_MONOTONIC`, the same clock
+//!   for the whole boot. A region that outlives a reboot (a file not on tmpfs)
+//!   is reset when it is next opened, never read against the new boot's clock.
+//! * **Memory really there.** The file's pages are reserved at creation
+//!   (`fallocate`), so a full tmpfs is an error at open, not a `SIGBUS` at the
+//!   first check. Docker's default `/dev/shm` is 64 MB.
+//! * **Lock-free atomics only.** A region is refused where the CPU lacks a
+//!   lock-free 16-byte compare-and-swap (the fallback would be a lock in one
+//!   process's memory).
+//! * **Creation.** The creator initialises the region under an exclusive
+//!   `flock`, which the kernel releases if it dies; the next opener finds the
+//!   header not ready and initialises it again. Openers wait on the same lock.
+//! * **Security.** The file is created exclusively (`O_CREAT | O_EXCL`) with
+//!   mode `0600` by default ([`Options::mode`]), never through a symlink
+//!   (`O_NOFOLLOW`), and a region owned by another user is refused unless
+//!   [`Options::allow_other_owner`] says otherwise.
+//! * **Untrusted contents.** Bytes another process wrote are never trusted
+//!   beyond what atomics give: impossible values make decisions conservative,
+//!   never a crash, an out-of-bounds read or an endless loop.
+//!
+//! # What it does not do (yet)
+//! Parameters of a limit in a region are fixed (`set_spec` is refused: build a
+//! limiter of the new spec, which registers a limit of its own). Limits no
+//! process uses any more keep their registry entry until the region is removed
+//! ([`unlink`]) and made again. The sliding log is not offered shared (its
+//! writer lock is process memory).
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+mod layout;
+mod map;
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rustix::fs::{FallocateFlags, FlockOperation, OFlags};
+use sluicegate::keyed::{
+    AnyKeyed, Group, KeyHash, KeyedStats, Pool, PoolMemory, RegistryEntry, Slot,
+};
+use sluicegate::{InsufficientCapacity, Outcome, Spec, SpecError};
+
+pub use layout::LAYOUT_VERSION;
+use layout::{HASH_XXH3_64, Layout, MAGIC, READY, TIME_MONOTONIC};
+use map::Mapped;
+
+/// How to create a region (when it does not exist yet) and what to accept
+/// when opening one.
+///
+/// ```
+/// let o = sluicegate_shm::Options::default().memory(16 << 20).limits(256).mode(0o660);
+/// # let _ = o;
+/// ```
+#[derive(Clone, Debug)]
+pub struct Options {
+    memory: usize,
+    limits: usize,
+    mode: u32,
+    allow_other_owner: bool,
+}
+
+impl Default for Options {
+    /// 64 MiB of slots and sketch (about 500,000 keys), 1,024 limits, mode
+    /// `0600`, owner must be this user.
+    fn default() -> Self {
+        Options {
+            memory: 64 << 20,
+            limits: 1024,
+            mode: 0o600,
+            allow_other_owner: false,
+        }
+    }
+}
+
+impl Options {
+    /// Bytes for keys (16 each) and their eviction sketch. An existing region
+    /// of another size is an error naming both: resizing is a new region.
+    ///
+    /// ```
+    /// let o = sluicegate_shm::Options::default().memory(1 << 20);
+    /// # let _ = o;
+    /// ```
+    pub fn memory(mut self, bytes: usize) -> Self {
+        self.memory = bytes;
+        self
+    }
+
+    /// How many limits (keyed limits and single limiters, one per quota) the
+    /// region can register, at most 65,535.
+    ///
+    /// ```
+    /// let o = sluicegate_shm::Options::default().limits(64);
+    /// # let _ = o;
+    /// ```
+    pub fn limits(mut self, limits: usize) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The file's permission bits when it is created (`0600` by default;
+    /// `0660` lets a group of worker users share it).
+    ///
+    /// ```
+    /// let o = sluicegate_shm::Options::default().mode(0o660);
+    /// # let _ = o;
+    /// ```
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode & 0o777;
+        self
+    }
+
+    /// Accepts a region another user owns (a master running as root that
+    /// created it for workers running as another user, with [`Self::mode`]
+    /// letting them in). Off by default: a file someone else placed in a
+    /// world-writable directory is not trusted.
+    ///
+    /// ```
+    /// let o = sluicegate_shm::Options::default().allow_other_owner(true);
+    /// # let _ = o;
+    /// ```
+    pub fn allow_other_owner(mut self, allow: bool) -> Self {
+        self.allow_other_owner = allow;
+        self
+    }
+}
+
+/// Why a region could not be opened, or a limit in it made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A system call on the region's file failed.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// The path is a symbolic link (never followed) or not a regular file.
+    NotAFile {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Another user owns the file ([`Options::allow_other_owner`]).
+    OtherOwner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// This process's effective uid.
+        us: u32,
+    },
+    /// The file is not a sluicegate region (another magic number).
+    NotARegion {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The region was made by a build with another layout version.
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u64,
+        /// This build's ([`LAYOUT_VERSION`]).
+        supported: u64,
+    },
+    /// The region's header describes parts its file does not hold (it was
+    /// truncated), or parts this build's core lays out differently.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// The region exists with another size than asked for.
+    Size {
+        /// The file.
+        path: PathBuf,
+        /// Bytes of its file asked for (from [`Options`]).
+        asked: u64,
+        /// Bytes of its file as it is.
+        found: u64,
+    },
+    /// The device has no room for the region (a full tmpfs: Docker's default
+    /// `/dev/shm` is 64 MB).
+    NoSpace {
+        /// The file.
+        path: PathBuf,
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// [`Options`] describe no region (no memory for a single group, or more
+    /// limits than 65,535).
+    Options(String),
+    /// This CPU has no lock-free 16-byte compare-and-swap: a region shared
+    /// through a lock in one process's memory would not be shared at all.
+    NotLockFree,
+    /// The limit could not be made (its spec, or a full registry).
+    Spec(SpecError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { path, op, source } => write!(f, "{}: {op}: {source}", path.display()),
+            Error::NotAFile { path } => write!(
+                f,
+                "{}: not a regular file (symbolic links are never followed)",
+                path.display()
+            ),
+            Error::OtherOwner { path, owner, us } => write!(
+                f,
+                "{}: owned by uid {owner}, not by this process (uid {us}); \
+                 allow_other_owner accepts it",
+                path.display()
+            ),
+            Error::NotARegion { path } => {
+                write!(f, "{}: not a sluicegate shared region", path.display())
+            }
+            Error::Version {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{}: a region of layout version {found}; this build reads version \
+                 {supported} (remove it to make a new one)",
+                path.display()
+            ),
+            Error::Corrupt { path, what } => write!(f, "{}: corrupt region: {what}", path.display()),
+            Error::Size { path, asked, found } => write!(
+                f,
+                "{}: the region holds {found} bytes, {asked} were asked for \
+                 (resizing is a new region: remove it first)",
+                path.display()
+            ),
+            Error::NoSpace { path, bytes } => write!(
+                f,
+                "{}: no room for {bytes} bytes on its device (Docker's default \
+                 /dev/shm is 64 MB: --shm-size raises it)",
+                path.display()
+            ),
+            Error::Options(what) => write!(f, "shared region options: {what}"),
+            Error::NotLockFree => f.write_str(
+                "this CPU has no lock-free 16-byte compare-and-swap: shared regions are unavailable",
+            ),
+            Error::Spec(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            Error::Spec(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<SpecError> for Error {
+    fn from(e: SpecError) -> Self {
+        Error::Spec(e)
+    }
+}
+
+/// The file of region `name`: a name without `/` is
+/// `/dev/shm/sluicegate-<name>`; anything else is a path.
+///
+/// ```
+/// use std::path::Path;
+/// assert_eq!(sluicegate_shm::path_of("api"), Path::new("/dev/shm/sluicegate-api"));
+/// assert_eq!(sluicegate_shm::path_of("/run/app/limits"), Path::new("/run/app/limits"));
+/// ```
+pub fn path_of(name: impl AsRef<Path>) -> PathBuf {
+    let p = name.as_ref();
+    match p.to_str() {
+        Some(s) if !s.contains('/') => PathBuf::from(format!("/dev/shm/sluicegate-{s}")),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// Removes region `name` (a path, or a bare name as in [`path_of`]). Processes
+/// that have it mapped keep using their mapping; the next open makes a new one.
+/// A region that does not exist is not an error.
+///
+/// ```
+/// sluicegate_shm::unlink("/tmp/no-such-sluicegate-region")?;
+/// # Ok::<(), sluicegate_shm::Error>(())
+/// ```
+pub fn unlink(name: impl AsRef<Path>) -> Result<(), Error> {
+    let path = path_of(name);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io {
+            path,
+            op: "remove",
+            source,
+        }),
+    }
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: a region's time base, the same clock in
+/// every process of one boot.
+///
+/// ```
+/// let (a, b) = (sluicegate_shm::now(), sluicegate_shm::now());
+/// assert!(b >= a);
+/// ```
+pub fn now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// The region's pool memory, as core sees it.
+#[derive(Debug)]
+struct Memory {
+    mapped: Arc<Mapped>,
+    seed: u64,
+}
+
+impl PoolMemory for Memory {
+    fn groups(&self) -> &[Group] {
+        self.mapped.groups()
+    }
+    fn cells(&self) -> &[Slot] {
+        self.mapped.cells()
+    }
+    fn registry(&self) -> &[RegistryEntry] {
+        self.mapped.registry()
+    }
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+}
+
+/// A mapped region: make limits in it with [`Region::keyed`] and
+/// [`Region::limiter`]. Cloning gives another handle on the same mapping; it
+/// is unmapped when the last handle and limit are dropped.
+#[derive(Clone, Debug)]
+pub struct Region {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    mapped: Arc<Mapped>,
+    pool: Pool,
+    seed: u64,
+}
+
+fn io_error<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`) as two words; zeros
+/// where the system has none.
+fn boot_id() -> [u64; 2] {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: String = text.chars().filter(char::is_ascii_hexdigit).collect();
+    let word = |s: &str| u64::from_str_radix(s, 16).unwrap_or(0);
+    if hex.len() == 32 {
+        [word(&hex[..16]), word(&hex[16..])]
+    } else {
+        [0, 0]
+    }
+}
+
+impl Region {
+    /// Opens region `name` (a path, or a bare name: [`path_of`]), creating it
+    /// with `options` if it does not exist. See the [crate docs](crate) for
+    /// what is checked.
+    ///
+    /// ```
+    /// use sluicegate_shm::{Error, Options, Region};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-open-{}", std::process::id());
+    /// let path = dir.join(&file);
+    /// let r = Region::open(&path, &Options::default().memory(1 << 20))?;
+    /// // The same region asked for with another size is an error naming both.
+    /// let e = Region::open(&path, &Options::default().memory(2 << 20)).unwrap_err();
+    /// assert!(matches!(e, Error::Size { .. }), "{e}");
+    /// # drop(r);
+    /// # sluicegate_shm::unlink(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(name: impl AsRef<Path>, options: &Options) -> Result<Region, Error> {
+        if !sluicegate::keyed::slots_lock_free() {
+            return Err(Error::NotLockFree);
+        }
+        if options.limits > 65_535 {
+            return Err(Error::Options(format!(
+                "{} limits asked for, at most 65,535",
+                options.limits
+            )));
+        }
+        // Registry entry 0 is never used: one more than the limits.
+        let want = Layout::for_memory(options.memory, options.limits + 1).ok_or_else(|| {
+            Error::Options(format!(
+                "{} bytes of memory hold no group of 8 keys",
+                options.memory
+            ))
+        })?;
+        let path = path_of(name);
+        let file = open_file(&path, options)?;
+        // One initialiser at a time; the kernel drops the lock if it dies.
+        rustix::fs::flock(&file, FlockOperation::LockExclusive)
+            .map_err(|e| io_error(&path, "flock")(e.into()))?;
+        let opened = attach(&path, &file, &want);
+        let _ = rustix::fs::flock(&file, FlockOperation::Unlock);
+        let (mapped, seed) = opened?;
+        let mapped = Arc::new(mapped);
+        let pool = Pool::in_memory(Memory {
+            mapped: mapped.clone(),
+            seed,
+        })?;
+        Ok(Region {
+            inner: Arc::new(Inner {
+                path,
+                mapped,
+                pool,
+                seed,
+            }),
+        })
+    }
+
+    /// The region's file.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-path-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// assert_eq!(r.path(), dir.join(&file));
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Bytes of the region's file (header, slots, sketch and registry).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-bytes-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &sluicegate_shm::Options::default().memory(1 << 20))?;
+    /// assert!(r.bytes() > 1 << 20 && r.bytes() < 3 << 20);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn bytes(&self) -> usize {
+        self.inner.mapped.layout().len
+    }
+
+    /// The pool the region holds (for a policy's keyed rules, or
+    /// [`AnyKeyed::in_pool`] with keys hashed by [`Region::key_hash`]).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-pool-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// assert!(r.pool().capacity() > 400_000);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// The region's hash of a key's bytes: XXH3-64 with the region's seed, the
+    /// same in every process, language and version.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-hash-{}", std::process::id());
+    /// let path = dir.join(&file);
+    /// let (a, b) = (sluicegate_shm::Region::open(&path, &Default::default())?,
+    ///               sluicegate_shm::Region::open(&path, &Default::default())?);
+    /// assert_eq!(a.key_hash(b"10.0.0.1"), b.key_hash(b"10.0.0.1"));
+    /// # sluicegate_shm::unlink(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_hash(&self, key: &[u8]) -> KeyHash {
+        KeyHash::from_raw(xxhash_rust::xxh3::xxh3_64_with_seed(key, self.inner.seed))
+    }
+
+    /// A keyed limiter of `spec` in the region, holding at most `max_keys`
+    /// live keys: the same limiter in every process that makes it with the
+    /// same spec and bound.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-keyed-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::FixedWindow, "1/minute")?, 1000)?;
+    /// assert!(t.check_n_at("a", 1, 0)?.decision.allowed);
+    /// assert!(!t.check_n_at("a", 1, 0)?.decision.allowed);
+    /// let log = Spec::parse(Kind::SlidingLog, "1/minute")?;
+    /// assert!(r.keyed(&log, 10).is_err()); // its writer lock is process memory
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn keyed(&self, spec: &Spec, max_keys: usize) -> Result<SharedKeyed, Error> {
+        let table = AnyKeyed::in_pool(&self.inner.pool, spec, max_keys, ())?;
+        Ok(SharedKeyed {
+            table,
+            region: self.clone(),
+        })
+    }
+
+    /// A single limiter of `spec` in the region (one state for every process
+    /// that makes it with the same spec).
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-single-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let l = r.limiter(&Spec::parse(Kind::TokenBucket, "2/hour")?)?;
+    /// assert!(l.check_n_at(2, 0)?.decision.allowed);
+    /// assert!(!l.check_n_at(1, 0)?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn limiter(&self, spec: &Spec) -> Result<SharedLimiter, Error> {
+        // One key of a limit bounded to one key: the bound is part of the
+        // limit's identity, so it never meets a keyed limiter of the same spec.
+        let table = AnyKeyed::in_pool(&self.inner.pool, spec, 1, ())?;
+        Ok(SharedLimiter {
+            table,
+            _region: self.clone(),
+        })
+    }
+}
+
+/// Opens (never through a symlink) or creates (exclusively) the file, and
+/// checks what it is and who owns it.
+fn open_file(path: &Path, options: &Options) -> Result<File, Error> {
+    let flags = (OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32;
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(options.mode)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => {
+            // Exactly the mode asked for, whatever the umask.
+            rustix::fs::fchmod(&f, rustix::fs::Mode::from_bits_truncate(options.mode))
+                .map_err(|e| io_error(path, "chmod")(e.into()))?;
+            f
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                    Error::NotAFile {
+                        path: path.to_path_buf(),
+                    }
+                } else {
+                    io_error(path, "open")(e)
+                }
+            })?,
+        Err(e) => return Err(io_error(path, "create")(e)),
+    };
+    let meta = file.metadata().map_err(io_error(path, "stat"))?;
+    if !meta.file_type().is_file() {
+        return Err(Error::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let us = rustix::process::geteuid().as_raw();
+    if meta.uid() != us && !options.allow_other_owner {
+        return Err(Error::OtherOwner {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            us,
+        });
+    }
+    Ok(file)
+}
+
+/// With the file lock held: initialises the region if it is new (or was left
+/// half-made, or outlived a reboot), else checks it; maps it. Returns the
+/// mapping and the hash seed.
+fn attach(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Error> {
+    let len = file.metadata().map_err(io_error(path, "stat"))?.len();
+    let corrupt = |what: String| Error::Corrupt {
+        path: path.to_path_buf(),
+        what,
+    };
+    if len == 0 {
+        return create(path, file, want);
+    }
+    if len < layout::HEADER_BYTES as u64 {
+        return Err(corrupt(format!("{len} bytes, shorter than its header")));
+    }
+    // The header alone first: what the rest of the file should be.
+    let head = Mapped::new(file, Layout::new(0, 0, 0).expect("an empty layout"))
+        .map_err(io_error(path, "mmap"))?;
+    let h = head.header();
+    if h.state.load(Ordering::Acquire) != READY {
+        // Its creator died before finishing (we hold the lock it held).
+        drop(head);
+        return create(path, file, want);
+    }
+    if h.magic.load(Ordering::Acquire) != MAGIC {
+        return Err(Error::NotARegion {
+            path: path.to_path_buf(),
+        });
+    }
+    let version = h.version.load(Ordering::Acquire);
+    if version != LAYOUT_VERSION {
+        return Err(Error::Version {
+            path: path.to_path_buf(),
+            found: version,
+            supported: LAYOUT_VERSION,
+        });
+    }
+    let words = |w: &[&std::sync::atomic::AtomicU64]| -> Vec<u64> {
+        w.iter().map(|a| a.load(Ordering::Acquire)).collect()
+    };
+    let core = words(&[&h.group_bytes, &h.group_slots, &h.entry_bytes]);
+    let ours = layout_words();
+    if core != ours {
+        return Err(corrupt(format!(
+            "laid out by a core with (group bytes, slots per group, entry bytes) = {core:?}, \
+             this one has {ours:?}"
+        )));
+    }
+    let found = Layout::of(h, len).ok_or_else(|| {
+        corrupt(format!(
+            "its header describes parts that {len} bytes of file do not hold (truncated?)"
+        ))
+    })?;
+    if h.len.load(Ordering::Acquire) != found.len as u64 {
+        return Err(corrupt(
+            "its header's length disagrees with its parts".into(),
+        ));
+    }
+    if found != *want {
+        return Err(Error::Size {
+            path: path.to_path_buf(),
+            asked: want.len as u64,
+            found: found.len as u64,
+        });
+    }
+    if h.time_base.load(Ordering::Acquire) != TIME_MONOTONIC
+        || h.key_hash.load(Ordering::Acquire) != HASH_XXH3_64
+    {
+        return Err(corrupt("an unknown time base or key hash".into()));
+    }
+    let boot = [
+        h.boot[0].load(Ordering::Acquire),
+        h.boot[1].load(Ordering::Acquire),
+    ];
+    drop(head);
+    if boot != boot_id() {
+        // Made in another boot: its times are another clock's. Start afresh.
+        return create(path, file, want);
+    }
+    let mapped = Mapped::new(file, found).map_err(io_error(path, "mmap"))?;
+    let seed = mapped.header().seed.load(Ordering::Acquire);
+    Ok((mapped, seed))
+}
+
+/// Core's sizes a region depends on.
+fn layout_words() -> Vec<u64> {
+    vec![
+        std::mem::size_of::<Group>() as u64,
+        sluicegate::keyed::GROUP_SLOTS as u64,
+        std::mem::size_of::<RegistryEntry>() as u64,
+    ]
+}
+
+/// With the file lock held: sizes the file (its pages reserved), zeroes it and
+/// writes the header, `READY` last.
+fn create(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Error> {
+    let len = want.len as u64;
+    file.set_len(0).map_err(io_error(path, "truncate"))?;
+    match rustix::fs::fallocate(file, FallocateFlags::empty(), 0, len) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::NOSPC) => {
+            let _ = file.set_len(0);
+            return Err(Error::NoSpace {
+                path: path.to_path_buf(),
+                bytes: len,
+            });
+        }
+        // A file system without fallocate: size it, pages on first touch.
+        Err(rustix::io::Errno::OPNOTSUPP) => file.set_len(len).map_err(io_error(path, "resize"))?,
+        Err(e) => return Err(io_error(path, "fallocate")(e.into())),
+    }
+    let mapped = Mapped::new(file, *want).map_err(io_error(path, "mmap"))?;
+    let h = mapped.header();
+    h.state.store(0, Ordering::Release);
+    for w in mapped.words() {
+        if w.load(Ordering::Relaxed) != 0 {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+    let seed = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0x5eed_u64);
+    let boot = boot_id();
+    let [group_bytes, group_slots, entry_bytes] = layout_words()[..] else {
+        unreachable!("three words")
+    };
+    for (w, v) in [
+        (&h.magic, MAGIC),
+        (&h.version, LAYOUT_VERSION),
+        (&h.seed, seed),
+        (&h.time_base, TIME_MONOTONIC),
+        (&h.key_hash, HASH_XXH3_64),
+        (&h.boot[0], boot[0]),
+        (&h.boot[1], boot[1]),
+        (&h.len, len),
+        (&h.groups, want.groups as u64),
+        (&h.cells, want.cells as u64),
+        (&h.entries, want.entries as u64),
+        (&h.group_bytes, group_bytes),
+        (&h.group_slots, group_slots),
+        (&h.entry_bytes, entry_bytes),
+    ] {
+        w.store(v, Ordering::Relaxed);
+    }
+    h.state.store(READY, Ordering::Release);
+    Ok((mapped, seed))
+}
+
+/// A keyed limiter in a region ([`Region::keyed`]). Keys are bytes (a `&str`,
+/// `&[u8]`, …), hashed by the region's documented hash.
+#[derive(Debug)]
+pub struct SharedKeyed {
+    table: AnyKeyed<()>,
+    region: Region,
+}
+
+impl SharedKeyed {
+    /// Checks `n` units for `key` at `now` (nanoseconds of the region's time
+    /// base, [`now`]).
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-kat-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::TokenBucket, "1/s")?, 100)?;
+    /// assert!(t.check_n_at("k", 1, 0)?.decision.allowed);
+    /// assert!(t.check_n_at("k", 2, 0).is_err()); // more than the burst, ever
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_n_at(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        now: u64,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        let h = self.region.key_hash(key.as_ref());
+        self.table.check_n_at_hashed(h, n, now)
+    }
+
+    /// Checks one unit for `key` now.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-kc-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::TokenBucket, "1/hour")?, 100)?;
+    /// assert!(t.check("k")?.decision.allowed);
+    /// assert!(!t.check("k")?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check(&self, key: impl AsRef<[u8]>) -> Result<Outcome, InsufficientCapacity> {
+        self.check_n_at(key, 1, now())
+    }
+
+    /// What checking `n` units for `key` at `now` would answer, changing nothing.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-kp-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::TokenBucket, "1/hour")?, 100)?;
+    /// assert!(t.peek_n_at("k", 1, 0)?.decision.allowed);
+    /// assert!(t.peek_n_at("k", 1, 0)?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n_at(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        now: u64,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        let h = self.region.key_hash(key.as_ref());
+        self.table.peek_n_at_hashed(h, n, now)
+    }
+
+    /// Keys holding live state at `now`, over every process (a scan).
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-kl-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::TokenBucket, "1/hour")?, 100)?;
+    /// t.check_n_at("a", 1, 0)?;
+    /// assert_eq!(t.len_at(0), 1);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn len_at(&self, now: u64) -> usize {
+        self.table.len_at(now)
+    }
+
+    /// Placement counters, over every process.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-ks-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::TokenBucket, "1/hour")?, 100)?;
+    /// t.check_n_at("a", 1, 0)?;
+    /// assert_eq!(t.stats().inserted, 1);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> KeyedStats {
+        self.table.stats()
+    }
+
+    /// Forgets every key of this limiter, in every process.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-kx-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::TokenBucket, "1/hour")?, 100)?;
+    /// t.check_n_at("a", 1, 0)?;
+    /// t.clear();
+    /// assert!(t.check_n_at("a", 1, 0)?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn clear(&self) {
+        self.table.clear();
+    }
+
+    /// The spec.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-ksp-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let spec = Spec::parse(Kind::TokenBucket, "1/hour")?;
+    /// assert_eq!(r.keyed(&spec, 100)?.spec(), spec);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spec(&self) -> Spec {
+        self.table.spec()
+    }
+}
+
+/// A single limiter in a region ([`Region::limiter`]).
+#[derive(Debug)]
+pub struct SharedLimiter {
+    table: AnyKeyed<()>,
+    _region: Region,
+}
+
+/// The one key of a single limiter's limit.
+const SINGLE: KeyHash = KeyHash::from_raw(0x51_4e_47_4c_45);
+
+impl SharedLimiter {
+    /// Checks `n` units at `now` (nanoseconds of [`now`]).
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-lat-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let l = r.limiter(&Spec::parse(Kind::FixedWindow, "3/minute")?)?;
+    /// assert!(l.check_n_at(3, 0)?.decision.allowed);
+    /// assert!(!l.check_n_at(1, 0)?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_n_at(&self, n: u64, now: u64) -> Result<Outcome, InsufficientCapacity> {
+        self.table.check_n_at_hashed(SINGLE, n, now)
+    }
+
+    /// Checks one unit now.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-lc-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let l = r.limiter(&Spec::parse(Kind::TokenBucket, "1/hour")?)?;
+    /// assert!(l.check()?.decision.allowed);
+    /// assert!(!l.check()?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check(&self) -> Result<Outcome, InsufficientCapacity> {
+        self.check_n_at(1, now())
+    }
+
+    /// What checking `n` units at `now` would answer, changing nothing.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-lp-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let l = r.limiter(&Spec::parse(Kind::TokenBucket, "1/hour")?)?;
+    /// assert!(l.peek_n_at(1, 0)?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Outcome, InsufficientCapacity> {
+        self.table.peek_n_at_hashed(SINGLE, n, now)
+    }
+}
