@@ -5,8 +5,11 @@ use std::hash::{Hash, Hasher};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
+use std::path::PathBuf;
+
 use sluicegate::keyed::{AnyKeyed, FullPolicy, KeyedStats};
-use sluicegate::{Clock, Kind, Outcome, SpecError};
+use sluicegate::{Clock, InsufficientCapacity, Kind, Outcome, Spec, SpecError};
+use sluicegate_shm::SharedKeyed;
 
 use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
@@ -143,15 +146,59 @@ impl PyKeyedStats {
 /// `"evict_stalest"` (default), `"reject"` or `"allow_unlimited"`.
 #[pyclass(frozen, name = "KeyedLimiter", module = "sluicegate._sluicegate")]
 pub struct PyKeyedLimiter {
-    inner: AnyKeyed<PyClock>,
+    inner: Table,
     policy: FullPolicy,
     last: DecisionCache,
+    /// The region's file, for a limiter in shared memory.
+    shared: Option<PathBuf>,
+}
+
+/// Where a keyed limiter's keys live: this process's table, or a region every
+/// worker process maps (`shared=`).
+enum Table {
+    Local(AnyKeyed<PyClock>),
+    Shared(SharedKeyed),
+}
+
+/// A key as a region hashes it: its bytes (a `str` as UTF-8, an `int` as its
+/// decimal text), the same encoding C and Rust use for that region.
+fn key_bytes<R>(k: &Key<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
+    match k {
+        Key::Str(s) => f(s.as_bytes()),
+        Key::Bytes(b) => f(b),
+        Key::Int(i) => f(i.to_string().as_bytes()),
+        Key::BigInt(s) => f(s.as_bytes()),
+    }
+}
+
+impl Table {
+    #[inline]
+    fn check_n(&self, k: &Key<'_>, n: u64) -> Result<Outcome, InsufficientCapacity> {
+        match self {
+            Table::Local(t) => t.check_n(k, n),
+            Table::Shared(t) => key_bytes(k, |b| t.check_n_at(b, n, sluicegate_shm::now())),
+        }
+    }
+
+    fn peek_n(&self, k: &Key<'_>, n: u64) -> Result<Outcome, InsufficientCapacity> {
+        match self {
+            Table::Local(t) => t.peek_n(k, n),
+            Table::Shared(t) => key_bytes(k, |b| t.peek_n_at(b, n, sluicegate_shm::now())),
+        }
+    }
+
+    fn spec(&self) -> Spec {
+        match self {
+            Table::Local(t) => t.spec(),
+            Table::Shared(t) => t.spec(),
+        }
+    }
 }
 
 #[pymethods]
 impl PyKeyedLimiter {
     #[new]
-    #[pyo3(signature = (limit = None, *, capacity = None, algorithm = "token_bucket", policy = "evict_stalest", amount = None, period = None, burst = None, clock = None))]
+    #[pyo3(signature = (limit = None, *, capacity = None, algorithm = "token_bucket", policy = "evict_stalest", amount = None, period = None, burst = None, clock = None, shared = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         limit: Option<&Bound<'_, PyAny>>,
@@ -162,6 +209,7 @@ impl PyKeyedLimiter {
         period: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         clock: Option<Py<PyManualClock>>,
+        shared: Option<PathBuf>,
     ) -> PyResult<Self> {
         let kind: Kind = algorithm
             .parse()
@@ -181,13 +229,30 @@ impl PyKeyedLimiter {
             Some(c) => size(c, "capacity")?,
             None => DEFAULT_CAPACITY,
         };
-        let inner = AnyKeyed::with_clock(&spec, capacity, PyClock::from_arg(clock))
-            .map_err(|e| table_error(e, capacity))?
-            .with_policy(policy);
+        let inner = match &shared {
+            None => Table::Local(
+                AnyKeyed::with_clock(&spec, capacity, PyClock::from_arg(clock))
+                    .map_err(|e| table_error(e, capacity))?
+                    .with_policy(policy),
+            ),
+            Some(_) if clock.is_some() => {
+                return Err(PyValueError::new_err(
+                    "clock= and shared= together: a shared region's time base is the \
+                     system's monotonic clock, the same in every process",
+                ))
+            }
+            Some(name) => Table::Shared(
+                crate::shared::region(name)?
+                    .keyed(&spec, capacity)
+                    .map_err(crate::shared::error)?
+                    .with_policy(policy),
+            ),
+        };
         Ok(Self {
             inner,
             policy,
             last: DecisionCache::default(),
+            shared: shared.map(sluicegate_shm::path_of),
         })
     }
 
@@ -254,26 +319,48 @@ impl PyKeyedLimiter {
         )
     }
 
-    /// Forgets every key.
+    /// Forgets every key (in every process, for a shared limiter).
     fn clear(&self) {
-        self.inner.clear()
+        match &self.inner {
+            Table::Local(t) => t.clear(),
+            Table::Shared(t) => t.clear(),
+        }
     }
 
-    /// Keys holding live state now (a scan of the whole table).
+    /// Keys holding live state now (a scan of the whole table, or of the
+    /// region for a shared limiter: every process's keys).
     fn __len__(&self) -> usize {
-        self.inner.len_at(self.inner.clock().now())
+        match &self.inner {
+            Table::Local(t) => t.len_at(t.clock().now()),
+            Table::Shared(t) => t.len_at(sluicegate_shm::now()),
+        }
     }
 
-    /// The table's event counters.
+    /// The table's event counters (every process's, for a shared limiter).
     #[getter]
     fn stats(&self) -> PyKeyedStats {
-        self.inner.stats().into()
+        match &self.inner {
+            Table::Local(t) => t.stats().into(),
+            Table::Shared(t) => t.stats().into(),
+        }
     }
 
-    /// Keys the table can hold at once (the requested capacity rounded up to 8).
+    /// Keys the table can hold at once (the requested capacity rounded up to
+    /// 8; for a shared limiter, the most live keys it holds in the region).
     #[getter]
     fn capacity(&self) -> usize {
-        self.inner.capacity()
+        match &self.inner {
+            Table::Local(t) => t.capacity(),
+            Table::Shared(t) => t.capacity(),
+        }
+    }
+
+    /// The shared region's file, or `None` for a limiter in this process.
+    #[getter]
+    fn shared(&self) -> Option<String> {
+        self.shared
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned())
     }
 
     /// The full-table policy.

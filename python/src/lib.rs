@@ -15,6 +15,7 @@ mod quota;
 mod redis;
 mod rules;
 mod shaper;
+mod shared;
 mod wait;
 
 use pyo3::prelude::*;
@@ -44,5 +45,6 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<redis::PyRedisBase>()?;
     m.add_class::<redis::PyRedisLimiter>()?;
     m.add_class::<redis::PyRedisKeyedLimiter>()?;
+    m.add_function(wrap_pyfunction!(shared::unlink, m)?)?;
     Ok(())
 }

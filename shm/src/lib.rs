@@ -102,11 +102,12 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// 64 MiB of slots and sketch (about 500,000 keys), 1,024 limits, mode
+    /// 16 MiB of slots and sketch (about 120,000 keys; Docker's default `/dev/shm`
+    /// is 64 MB), 1,024 limits, mode
     /// `0600`, owner must be this user.
     fn default() -> Self {
         Options {
-            memory: 64 << 20,
+            memory: 16 << 20,
             limits: 1024,
             mode: 0o600,
             allow_other_owner: false,
@@ -511,7 +512,7 @@ impl Region {
     /// # let dir = std::env::temp_dir();
     /// # let file = format!("sg-pool-{}", std::process::id());
     /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
-    /// assert!(r.pool().capacity() > 400_000);
+    /// assert!(r.pool().capacity() > 100_000);
     /// # sluicegate_shm::unlink(r.path())?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -656,12 +657,17 @@ fn attach(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Erro
     let head = Mapped::new(file, Layout::new(0, 0, 0).expect("an empty layout"))
         .map_err(io_error(path, "mmap"))?;
     let h = head.header();
-    if h.state.load(Ordering::Acquire) != READY {
-        // Its creator died before finishing (we hold the lock it held).
+    let magic = h.magic.load(Ordering::Acquire);
+    // The creator writes the magic first and the ready state last: a file with
+    // neither is a region whose creator died before writing anything (its
+    // pages are zeros), one with the magic alone died half-way (we hold the
+    // lock it held). Any other file is not ours to overwrite.
+    let state = h.state.load(Ordering::Acquire);
+    if (magic == 0 && state == 0) || (magic == MAGIC && state != READY) {
         drop(head);
         return create(path, file, want);
     }
-    if h.magic.load(Ordering::Acquire) != MAGIC {
+    if magic != MAGIC {
         return Err(Error::NotARegion {
             path: path.to_path_buf(),
         });
@@ -751,7 +757,8 @@ fn create(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Erro
     let mapped = Mapped::new(file, *want).map_err(io_error(path, "mmap"))?;
     let h = mapped.header();
     h.state.store(0, Ordering::Release);
-    for w in mapped.words() {
+    h.magic.store(MAGIC, Ordering::Release);
+    for w in &mapped.words()[2..] {
         if w.load(Ordering::Relaxed) != 0 {
             w.store(0, Ordering::Relaxed);
         }
@@ -762,7 +769,6 @@ fn create(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Erro
         unreachable!("three words")
     };
     for (w, v) in [
-        (&h.magic, MAGIC),
         (&h.version, LAYOUT_VERSION),
         (&h.seed, seed),
         (&h.time_base, TIME_MONOTONIC),
@@ -906,6 +912,41 @@ impl SharedKeyed {
     /// ```
     pub fn clear(&self) {
         self.table.clear();
+    }
+
+    /// What to do with a new key when every candidate slot holds live state
+    /// (evict the stalest, the default; reject; or admit untracked). Each
+    /// process's own choice for its checks.
+    ///
+    /// ```
+    /// use sluicegate::keyed::FullPolicy;
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-kpol-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let t = r.keyed(&Spec::parse(Kind::TokenBucket, "1/hour")?, 100)?.with_policy(FullPolicy::Reject);
+    /// assert!(t.check_n_at("a", 1, 0)?.decision.allowed);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_policy(mut self, policy: sluicegate::keyed::FullPolicy) -> Self {
+        self.table = self.table.with_policy(policy);
+        self
+    }
+
+    /// The most live keys this limiter holds in the region.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-kcap-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// assert_eq!(r.keyed(&Spec::parse(Kind::TokenBucket, "1/hour")?, 100)?.capacity(), 100);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.table.capacity()
     }
 
     /// The spec.

@@ -315,6 +315,16 @@ fn a_damaged_or_foreign_file_is_a_clear_error() {
         Region::open(&path, &OPTIONS()),
         Err(Error::NotARegion { .. })
     ));
+    // Someone else's file: refused, and left as it was.
+    let junk: Vec<u8> = (0..8192u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1)
+        .collect();
+    std::fs::write(&path, &junk).unwrap();
+    assert!(matches!(
+        Region::open(&path, &OPTIONS()),
+        Err(Error::NotARegion { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), junk);
     // Truncated.
     fresh();
     let len = std::fs::metadata(&path).unwrap().len();

@@ -70,8 +70,7 @@ pub(super) const PENDING_STALE_NS: u64 = 1 << 30;
 /// A pending claim of the slot by key `fp` at `now`.
 ///
 /// Its low word is a token, unique to this claim: the claim's time (to 2²⁰ ns)
-/// and a claim number (a counter, offset per process by where its counter
-/// lives). A claim withdrawn by another placer and made again by a third for
+/// and a claim number (a counter, offset per process by its id). A claim withdrawn by another placer and made again by a third for
 /// the same key must differ from the first, or the first placer's commit — a
 /// compare-and-swap of its exact pending value — could land on the third's
 /// claim, and two slots of one key would be committed. Within one process the
@@ -101,8 +100,12 @@ fn claim_number() -> u32 {
     #[cfg(not(loom))]
     use portable_atomic::{AtomicU32, Ordering};
     static CLAIMS: AtomicU32 = AtomicU32::new(0);
-    // Where the counter lives differs between processes (address-space layout
-    // randomisation): their numbers start apart.
+    // Processes sharing a table number their claims apart: by their process id
+    // (a forked child has its parent's counter and addresses, not its id), or
+    // without std by where the counter lives (address-space randomisation).
+    #[cfg(feature = "std")]
+    let offset = std::process::id();
+    #[cfg(not(feature = "std"))]
     let offset = (core::ptr::addr_of!(CLAIMS) as usize >> 12) as u32;
     CLAIMS
         .fetch_add(1, Ordering::Relaxed)

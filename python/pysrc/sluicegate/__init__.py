@@ -20,6 +20,7 @@ keyword arguments (``amount=``, ``period=`` in seconds, ``burst=``).
 Middleware: :mod:`sluicegate.asgi` and :mod:`sluicegate.wsgi`.
 """
 
+from . import shared
 from ._decorator import rate_limit
 from ._errors import (
     AcquireTimeout,
@@ -29,6 +30,7 @@ from ._errors import (
     CapacityError,
     CircuitOpen,
     RateLimited,
+    SharedMemoryError,
     SluicegateError,
 )
 from ._sluicegate import (
@@ -78,6 +80,7 @@ __all__ = [
     "Reservation",
     "Rule",
     "RuleDecision",
+    "SharedMemoryError",
     "Shaper",
     "SlidingLog",
     "SlidingWindow",

@@ -16,6 +16,7 @@ __all__ = [
     "CapacityError",
     "CircuitOpen",
     "RateLimited",
+    "SharedMemoryError",
     "SluicegateError",
 ]
 
@@ -85,3 +86,10 @@ class BackendDataError(BackendError):
 
 class CircuitOpen(BackendError):
     """The circuit breaker is open after repeated failures: Redis was not asked."""
+
+
+class SharedMemoryError(SluicegateError):
+    """A shared-memory region (``shared=``) could not be used: a symbolic link, a
+    file another user owns, a file that is not a region, another layout version,
+    a truncated region, another size, or a CPU without lock-free 16-byte
+    compare-and-swap. The message names the file and what is wrong."""

@@ -157,6 +157,7 @@ class HttpLimiter:
         legacy_headers: bool,
         clock: ManualClock | None,
         table_factory: TableFactory | None = None,
+        shared: str | os.PathLike[str] | None = None,
     ) -> None:
         if not 0 <= ipv6_prefix <= 128:
             raise ValueError("ipv6_prefix must be between 0 and 128")
@@ -173,7 +174,10 @@ class HttpLimiter:
         self._algorithm = algorithm
         self._policy = policy
         self._clock = clock
+        if shared is not None and table_factory is not None:
+            raise ValueError("give either shared= or table_factory=, not both")
         self._table_factory = table_factory
+        self._shared = shared
         self.legacy_headers = legacy_headers
         self.ipv6_prefix = ipv6_prefix
         self.forwarded_header = forwarded_header
@@ -192,7 +196,11 @@ class HttpLimiter:
         # The key of an address is a pure function of it (and of ipv6_prefix):
         # remembered for the most recent clients, as parsing it costs microseconds.
         self._key_of = functools.lru_cache(maxsize=_KEY_CACHE)(self._key_of_address)
-        if table_factory is None and (self.default is not None or any(r for _, r in self.routes)):
+        if (
+            table_factory is None
+            and shared is None
+            and (self.default is not None or any(r for _, r in self.routes))
+        ):
             warn_if_multi_worker()
 
     def _rule(self, name: str, spec: _LimitSpec) -> Rule:
@@ -212,6 +220,7 @@ class HttpLimiter:
                 algorithm=self._algorithm,
                 policy=self._policy,
                 clock=self._clock,
+                shared=self._shared,
             )
             for q in quotas
         )
@@ -483,8 +492,9 @@ def warn_if_multi_worker() -> None:
     warnings.warn(
         f"sluicegate: this server runs {workers} worker processes and the rate-limit "
         "middleware keeps its counts in this process, so each worker limits on its own "
-        f"(up to {workers}x the limit in all). Share the state: "
-        "table_factory=lambda q: sluicegate.RedisKeyedLimiter(q, name=..., "
+        f"(up to {workers}x the limit in all). Share the state between the workers "
+        'of this host with shared="<name>" (a shared-memory region), or between '
+        "hosts with table_factory=lambda q: sluicegate.RedisKeyedLimiter(q, name=..., "
         "redis=sluicegate.RedisOptions(url), hybrid=True)",
         RuntimeWarning,
         stacklevel=4,

@@ -5,6 +5,7 @@ scope or the WSGI environ) and how to answer."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
@@ -36,6 +37,7 @@ class Middleware(Generic[App, Env]):
         legacy_headers: bool = False,
         clock: ManualClock | None = None,
         table_factory: TableFactory | None = None,
+        shared: str | os.PathLike[str] | None = None,
     ) -> None:
         self.app = app
         self.limiter = HttpLimiter(
@@ -51,6 +53,7 @@ class Middleware(Generic[App, Env]):
             legacy_headers=legacy_headers,
             clock=clock,
             table_factory=table_factory,
+            shared=shared,
         )
         self.key_func = key_func or self.client_key
         self.cost_func = cost_func

@@ -1,0 +1,61 @@
+//! Shared-memory regions (`shared=`): one region per path per process, mapped
+//! once and kept; errors as Python exceptions.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use pyo3::exceptions::{PyMemoryError, PyValueError};
+use pyo3::prelude::*;
+use sluicegate_shm::{Error, Options, Region};
+
+use crate::errors;
+
+pyo3::import_exception!(sluicegate._errors, SharedMemoryError);
+
+/// The regions this process has open, by path: every limiter made with the
+/// same `shared=` in one process uses one mapping.
+static REGIONS: Mutex<Option<HashMap<PathBuf, Region>>> = Mutex::new(None);
+
+/// A region error: `ValueError` for options that describe no region,
+/// `MemoryError` when the device has no room, the spec's own errors for a
+/// spec, and `SharedMemoryError` (a `SluicegateError`) for the rest — each
+/// naming the file and what is wrong.
+pub fn error(e: Error) -> PyErr {
+    match e {
+        Error::Options(_) => PyValueError::new_err(e.to_string()),
+        Error::NoSpace { .. } => PyMemoryError::new_err(e.to_string()),
+        Error::Spec(s) => errors::spec(s),
+        other => SharedMemoryError::new_err(other.to_string()),
+    }
+}
+
+/// The region `name` (a path, or a bare name for `/dev/shm/sluicegate-<name>`),
+/// opened with the default options the first time this process asks for it.
+pub fn region(name: &Path) -> PyResult<Region> {
+    let path = sluicegate_shm::path_of(name);
+    let mut open = REGIONS.lock().unwrap_or_else(PoisonError::into_inner);
+    let open = open.get_or_insert_with(HashMap::new);
+    if let Some(r) = open.get(&path) {
+        return Ok(r.clone());
+    }
+    let r = Region::open(&path, &Options::default()).map_err(error)?;
+    open.insert(path, r.clone());
+    Ok(r)
+}
+
+/// Removes region `name`; limiters of this process that use it keep their
+/// mapping, and the next `shared=` of that name makes a new region.
+#[pyfunction]
+#[pyo3(name = "_shared_unlink")]
+pub fn unlink(name: PathBuf) -> PyResult<()> {
+    let path = sluicegate_shm::path_of(&name);
+    if let Some(open) = REGIONS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+    {
+        open.remove(&path);
+    }
+    sluicegate_shm::unlink(&path).map_err(error)
+}

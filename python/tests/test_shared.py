@@ -1,0 +1,180 @@
+"""``shared=``: one limit across the worker processes of a host, through a
+shared-memory region, with real processes and real servers (gunicorn -w 4,
+uvicorn --workers 4) on loopback."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+import sluicegate
+from sluicegate import KeyedLimiter, ManualClock, SharedMemoryError
+
+
+@pytest.fixture
+def region(tmp_path: pathlib.Path) -> Iterator[str]:
+    """A region path unique to the test (the file is removed afterwards)."""
+    path = str(tmp_path / f"region-{uuid.uuid4().hex}")
+    yield path
+    sluicegate.shared.unlink(path)
+
+
+def test_two_limiters_on_one_region_are_one_limit(region: str) -> None:
+    a = KeyedLimiter("3/hour", shared=region)
+    b = KeyedLimiter("3/hour", shared=region)
+    assert a.shared == b.shared == region
+    assert KeyedLimiter("3/hour").shared is None
+    assert a.check("10.0.0.1").allowed
+    assert b.check("10.0.0.1").allowed
+    assert a.check("10.0.0.1").allowed
+    assert not b.check("10.0.0.1").allowed
+    # In a region a key is its bytes: "7", b"7" and 7 are one key.
+    assert a.check("7", 3).allowed
+    assert not a.check(b"7").allowed
+    assert not a.check(7).allowed
+    # Another limit on the same region never mixes with the first.
+    other = KeyedLimiter("5/hour", shared=region)
+    assert other.check("10.0.0.1", 5).allowed
+    assert len(a) == 2  # "10.0.0.1" and "7", counted over the region
+    a.clear()
+    assert b.check("10.0.0.1").allowed
+
+
+def _worker(args: tuple[str, str, str, int]) -> int:
+    region, algorithm, limit, checks = args
+    t = KeyedLimiter(limit, algorithm=algorithm, shared=region)
+    return sum(t.check(f"user-{i % 4}").allowed for i in range(checks))
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window"])
+def test_eight_processes_admit_exactly_the_bound(region: str, algorithm: str) -> None:
+    # Per hour: no refill lands within the test. 4 keys × 12 = 48 admissions in all.
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(8) as pool:
+        admitted = pool.map(_worker, [(region, algorithm, "12/hour", 200)] * 8)
+    assert sum(admitted) == 4 * 12, admitted
+
+
+def test_bad_arguments_and_files_are_clear_errors(region: str, tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match="clock= and shared="):
+        KeyedLimiter("1/s", shared=region, clock=ManualClock())
+    target = tmp_path / "target"
+    target.write_bytes(b"")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(SharedMemoryError, match="symbolic links are never followed"):
+        KeyedLimiter("1/s", shared=str(link))
+    not_a_region = tmp_path / "junk"
+    not_a_region.write_bytes(os.urandom(8192))
+    with pytest.raises(SharedMemoryError, match="not a sluicegate shared region|corrupt"):
+        KeyedLimiter("1/s", shared=str(not_a_region))
+    assert issubclass(SharedMemoryError, sluicegate.SluicegateError)
+    with pytest.raises(ValueError):
+        KeyedLimiter("1/s", shared=region, algorithm="sliding_log")
+
+
+def test_unlink_makes_the_next_region_new(region: str) -> None:
+    t = KeyedLimiter("1/hour", shared=region)
+    assert t.check("k").allowed
+    sluicegate.shared.unlink(region)
+    assert not os.path.exists(region)
+    fresh = KeyedLimiter("1/hour", shared=region)
+    assert fresh.check("k").allowed
+    sluicegate.shared.unlink(region)
+    sluicegate.shared.unlink(region)  # absent: not an error
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+WSGI_APP = """
+from flask import Flask
+from sluicegate.wsgi import RateLimitMiddleware
+
+app = Flask(__name__)
+
+@app.get("/ping")
+def ping():
+    return "pong"
+
+app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limits="10/hour", shared=REGION)
+"""
+
+ASGI_APP = """
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from sluicegate.asgi import RateLimitMiddleware
+
+async def ping(request):
+    return PlainTextResponse("pong")
+
+app = Starlette(routes=[Route("/ping", ping)])
+app.add_middleware(RateLimitMiddleware, limits="10/hour", shared=REGION)
+"""
+
+
+def _serve_and_count(cmd: list[str], app_dir: pathlib.Path, port: int) -> tuple[int, str]:
+    """Starts the server, sends 200 requests (one client address), stops it by
+    its pid; returns how many got 200 and the server's stderr."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(app_dir), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(cmd, cwd=app_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+        time.sleep(1.5)  # every worker up and accepting
+        ok = 0
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            for _ in range(200):
+                # A new connection each time, so the requests spread over the workers.
+                r = client.get("/ping", headers={"Connection": "close"})
+                assert r.status_code in (200, 429), r.text
+                ok += r.status_code == 200
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    return ok, err
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pre-fork servers on Linux")
+def test_gunicorn_four_workers_admit_ten_of_two_hundred(region: str, tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("gunicorn")
+    pytest.importorskip("flask")
+    (tmp_path / "wsgi_app.py").write_text(f"REGION = {region!r}\n" + WSGI_APP)
+    port = _free_port()
+    cmd = [sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}", "wsgi_app:app"]
+    ok, err = _serve_and_count(cmd, tmp_path, port)
+    assert ok == 10, err
+    assert "worker processes" not in err  # no multi-worker warning: the state is shared
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pre-fork servers on Linux")
+def test_uvicorn_four_workers_admit_ten_of_two_hundred(region: str, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "asgi_app.py").write_text(f"REGION = {region!r}\n" + ASGI_APP)
+    port = _free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "asgi_app:app", "--workers", "4", "--host", "127.0.0.1",
+           "--port", str(port), "--log-level", "warning"]
+    ok, err = _serve_and_count(cmd, tmp_path, port)
+    assert ok == 10, err
+    assert "worker processes" not in err
