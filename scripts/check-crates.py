@@ -23,7 +23,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLISHED = ["sluicegate", "sluicegate-redis", "sluicegate-policy", "sluicegate-cli", "sluicegate-server"]
+PUBLISHED = [
+    "sluicegate",
+    "sluicegate-shm",
+    "sluicegate-redis",
+    "sluicegate-policy",
+    "sluicegate-cli",
+    "sluicegate-server",
+]
 REQUIRED_FILES = {"Cargo.toml", "README.md", "LICENSE-MIT", "LICENSE-APACHE", "src/lib.rs"}
 # Files cargo adds to every package.
 CARGO_FILES = {"Cargo.toml.orig", "Cargo.lock", ".cargo_vcs_info.json"}

@@ -162,6 +162,27 @@ impl Default for StateSettings {
     }
 }
 
+/// The `[shared]` table: the keyed rules keep their keys in a shared-memory
+/// region every worker process of the host maps (`sluicegate-shm`), so that
+/// the processes running one policy count together. `path` is a file, or a
+/// bare name for `/dev/shm/sluicegate-<name>`. The region has its own size
+/// (`[state] memory` does not apply); two policies on one region share the
+/// rules that are identical (same algorithm, quotas and capacity) and never mix
+/// the others. Needs the crate's `shared` feature.
+///
+/// ```
+/// use sluicegate_policy::PolicyDef;
+/// let def = PolicyDef::parse("[shared]\npath = \"/dev/shm/api-limits\"\n", None)?;
+/// assert_eq!(def.shared().unwrap().path, "/dev/shm/api-limits");
+/// assert!(PolicyDef::parse("[shared]\npath = \"\"\n", None).is_err());
+/// # Ok::<(), sluicegate_policy::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedSettings {
+    /// The region: a path, or a bare name under `/dev/shm`.
+    pub path: String,
+}
+
 /// The default `[state] memory`: 64 MiB.
 const DEFAULT_MEMORY: usize = 64 << 20;
 /// The least `[state] memory`: 64 KiB.
@@ -408,6 +429,7 @@ pub struct PolicyDef {
     pub(crate) rules: Vec<RuleDef>,
     pub(crate) redis: Option<RedisSettings>,
     pub(crate) state: StateSettings,
+    pub(crate) shared: Option<SharedSettings>,
     pub(crate) ipv6_prefix: u8,
     pub(crate) warnings: Vec<Diagnostic>,
     /// The source name diagnostics give (`<policy>` for text without one).
@@ -456,6 +478,17 @@ impl PolicyDef {
     /// ```
     pub fn state(&self) -> StateSettings {
         self.state
+    }
+
+    /// The `[shared]` table, if any: the shared-memory region the keyed rules
+    /// keep their keys in.
+    ///
+    /// ```
+    /// # let def = sluicegate_policy::PolicyDef::parse("[shared]\npath = \"api\"\n", None).unwrap();
+    /// assert_eq!(def.shared().unwrap().path, "api");
+    /// ```
+    pub fn shared(&self) -> Option<&SharedSettings> {
+        self.shared.as_ref()
     }
 
     /// The prefix length IPv6 addresses are grouped by in keys (`[defaults]

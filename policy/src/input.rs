@@ -48,6 +48,8 @@ pub(crate) struct FileIn {
     pub redis: Option<RedisIn>,
     /// `[state] memory`: a size's text, or bytes.
     pub state_memory: Option<At<Choice<usize>>>,
+    /// `[shared] path`: the shared-memory region the keyed state lives in.
+    pub shared_path: Option<At<String>>,
     pub rules: Vec<RuleIn>,
 }
 

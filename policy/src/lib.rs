@@ -74,7 +74,9 @@ mod validate;
 pub use attrs::{AttrName, Attrs};
 pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
 pub use decision::{Decision, RuleDecision, push_sf_string};
-pub use def::{Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, StateSettings};
+pub use def::{
+    Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, SharedSettings, StateSettings,
+};
 pub use diag::{Code, Diagnostic, Error, Severity};
 #[cfg(feature = "tower")]
 pub use layer::{ExtraAttrs, PolicyLayer, PolicyService};

@@ -34,6 +34,7 @@ pub struct PolicyDefBuilder {
     defaults: Defaults,
     redis: Option<RedisSettings>,
     state_memory: Option<Choice<usize>>,
+    shared_path: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -73,6 +74,7 @@ impl PolicyDef {
             },
             redis: self.redis.clone(),
             state_memory: Some(Choice::Value(self.state.memory)),
+            shared_path: self.shared.as_ref().map(|s| s.path.clone()),
         }
     }
 }
@@ -226,6 +228,19 @@ impl PolicyDefBuilder {
         self
     }
 
+    /// `[shared] path`: the shared-memory region the keyed rules keep their
+    /// keys in (see [`crate::SharedSettings`]).
+    ///
+    /// ```
+    /// # use sluicegate_policy::PolicyDef;
+    /// assert_eq!(PolicyDef::builder().shared_path("api").build()?.shared().unwrap().path, "api");
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn shared_path(mut self, path: impl Into<String>) -> Self {
+        self.shared_path = Some(path.into());
+        self
+    }
+
     /// Validates the policy: every error found, each naming its rule and field,
     /// or the definition with its warnings.
     ///
@@ -258,6 +273,7 @@ impl PolicyDefBuilder {
                 lease_ttl_ms: r.lease_ttl.map(|t| At::field(ms(t), "redis.lease_ttl_ms")),
             }),
             state_memory: self.state_memory.map(|m| At::field(m, "state.memory")),
+            shared_path: self.shared_path.map(|p| At::field(p, "shared.path")),
             rules: self.rules.into_iter().map(RuleBuilder::input).collect(),
         };
         crate::validate::values(input, self.source.as_deref().unwrap_or(""))

@@ -21,6 +21,7 @@ pub(crate) struct RawFile {
     pub defaults: RawDefaults,
     pub redis: Option<S<RawRedis>>,
     pub state: Option<S<RawState>>,
+    pub shared: Option<S<RawShared>>,
     #[serde(default)]
     pub rule: Vec<S<RawRule>>,
 }
@@ -29,6 +30,12 @@ pub(crate) struct RawFile {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawState {
     pub memory: S<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawShared {
+    pub path: S<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -125,6 +132,9 @@ impl RawFile {
             state_memory: self
                 .state
                 .map(|s| t.choice(s.into_inner().memory, "state.memory".into())),
+            shared_path: self
+                .shared
+                .map(|s| t.at(s.into_inner().path, "shared.path")),
             rules: self
                 .rule
                 .into_iter()

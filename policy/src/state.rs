@@ -51,6 +51,26 @@ pub(crate) fn choose(
     if let Some(p) = given {
         return Ok(Some(p.clone()));
     }
+    if let Some(shared) = def.shared() {
+        // The region is the pool: kept while the table names the same one.
+        if let (Some(p), Some(o)) = (old, old_def) {
+            if o.shared() == Some(shared) {
+                return Ok(Some(p.clone()));
+            }
+        }
+        return open_shared(&shared.path).map(Some).map_err(|message| {
+            Error::one(Diagnostic {
+                severity: Severity::Error,
+                code: Code::Build,
+                file: file.to_owned(),
+                line: 1,
+                column: 1,
+                rule: None,
+                field: Some("shared.path".into()),
+                message,
+            })
+        });
+    }
     let want = wanted(def);
     if want == 0 {
         return Ok(old.cloned());
@@ -75,6 +95,24 @@ pub(crate) fn choose(
             message: format!("the keyed state ({want} bytes, [state] memory): {e}"),
         })
     })
+}
+
+/// The pool of the shared-memory region `path` (a path, or a bare name under
+/// `/dev/shm`).
+#[cfg(feature = "shared")]
+fn open_shared(path: &str) -> Result<Pool, String> {
+    sluicegate_shm::Region::open(path, &sluicegate_shm::Options::default())
+        .map(|r| r.pool().clone())
+        .map_err(|e| format!("the shared region: {e}"))
+}
+
+/// Without the `shared` feature a `[shared]` table cannot be honoured.
+#[cfg(not(feature = "shared"))]
+fn open_shared(path: &str) -> Result<Pool, String> {
+    Err(format!(
+        "[shared] path = {path:?}: this build has no shared-memory support (the \
+         sluicegate-policy crate's `shared` feature)"
+    ))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::attrs::AttrName;
 use crate::cond::{Cidr, Cond, Value};
 use crate::def::{
     Backend, DEFAULT_CAPACITY, DEFAULT_KIND, Mode, OnError, PolicyDef, RedisSettings, RuleDef,
-    StateSettings,
+    SharedSettings, StateSettings,
 };
 use crate::diag::{Code, Diagnostic, Error, Lines, Severity};
 use crate::input::{At, FileIn, Loc, RedisIn, RuleIn};
@@ -167,6 +167,15 @@ fn validate(f: FileIn, file: &str, lines: Option<Lines<'_>>) -> Result<PolicyDef
             Err(e) => cx.err(Code::BadValue, m, e),
         }
     }
+    let shared = match &f.shared_path {
+        Some(p) if p.v.is_empty() || p.v.contains('\0') => {
+            let msg = "a shared region's path or name must be non-empty text".to_owned();
+            cx.err(Code::BadValue, p, msg);
+            None
+        }
+        Some(p) => Some(SharedSettings { path: p.v.clone() }),
+        None => None,
+    };
     let defaults = Defaults {
         kind,
         kind_at: d.algorithm.as_ref().map(|a| a.loc.clone()),
@@ -218,6 +227,7 @@ fn validate(f: FileIn, file: &str, lines: Option<Lines<'_>>) -> Result<PolicyDef
         rules,
         redis,
         state,
+        shared,
         ipv6_prefix,
         warnings: cx.out,
         file: file.to_owned(),

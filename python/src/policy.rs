@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString, PyTuple};
 use sluicegate_policy::redis::RedisFactory;
-use sluicegate_policy::{Attrs, Decision, Policy, PolicyDef, RuleDecision, Watcher};
+use sluicegate_policy::{Attrs, Decision, Policy, PolicyBuilder, PolicyDef, RuleDecision, Watcher};
 
 use crate::args::Cost;
 use crate::decision::secs;
@@ -99,17 +100,22 @@ fn has_remote(policy: &Policy) -> bool {
         .any(|r| r.backend() != sluicegate_policy::Backend::Local)
 }
 
+/// `builder` keeping the keyed rules' keys in the shared-memory region
+/// `shared` (every worker process that names it counts together), if given;
+/// it takes the place of the rule file's own `[shared]` table.
+fn with_shared(builder: PolicyBuilder, shared: Option<PathBuf>) -> PyResult<PolicyBuilder> {
+    Ok(match shared {
+        Some(name) => builder.pool(crate::shared::region(&name)?.pool().clone()),
+        None => builder,
+    })
+}
+
 impl PyPolicy {
     /// The policy `def` describes, unwatched (Redis-backed rules by the Redis
     /// factory; the GIL released while they connect).
-    fn from_def(py: Python<'_>, def: PolicyDef) -> PyResult<Self> {
-        let inner = py
-            .detach(|| {
-                Policy::builder()
-                    .remote(RedisFactory::default())
-                    .from_def(def)
-            })
-            .map_err(invalid)?;
+    fn from_def(py: Python<'_>, def: PolicyDef, shared: Option<PathBuf>) -> PyResult<Self> {
+        let builder = with_shared(Policy::builder().remote(RedisFactory::default()), shared)?;
+        let inner = py.detach(|| builder.from_def(def)).map_err(invalid)?;
         Ok(Self {
             remote: has_remote(&inner),
             inner: Arc::new(inner),
@@ -125,12 +131,13 @@ impl PyPolicy {
     /// changes (polled every `interval` seconds; an invalid new file keeps the old
     /// rules and is reported by `last_error`).
     #[staticmethod]
-    #[pyo3(signature = (path, *, watch = false, interval = 1.0))]
+    #[pyo3(signature = (path, *, watch = false, interval = 1.0, shared = None))]
     fn from_file(
         py: Python<'_>,
-        path: std::path::PathBuf,
+        path: PathBuf,
         watch: bool,
         interval: f64,
+        shared: Option<PathBuf>,
     ) -> PyResult<Self> {
         let interval = Duration::try_from_secs_f64(interval)
             .ok()
@@ -142,13 +149,8 @@ impl PyPolicy {
                 path.display()
             )));
         }
-        let policy = py
-            .detach(|| {
-                Policy::builder()
-                    .remote(RedisFactory::default())
-                    .from_path(&path)
-            })
-            .map_err(invalid)?;
+        let builder = with_shared(Policy::builder().remote(RedisFactory::default()), shared)?;
+        let policy = py.detach(|| builder.from_path(&path)).map_err(invalid)?;
         let inner = Arc::new(policy);
         let watcher = if watch {
             Some(
@@ -168,25 +170,27 @@ impl PyPolicy {
 
     /// Validates and builds the rules in `text`.
     #[staticmethod]
-    fn from_str(py: Python<'_>, text: &str) -> PyResult<Self> {
+    #[pyo3(signature = (text, *, shared = None))]
+    fn from_str(py: Python<'_>, text: &str, shared: Option<PathBuf>) -> PyResult<Self> {
         let def = PolicyDef::parse(text, None).map_err(invalid)?;
-        Self::from_def(py, def)
+        Self::from_def(py, def, shared)
     }
 
     /// A policy from `Rule` objects (in order), with `defaults`, `redis` and
     /// `state` as dicts of the rule file's `[defaults]`, `[redis]` and `[state]`
     /// fields; validated as a file is (a `ValueError` naming the rule and field).
     #[staticmethod]
-    #[pyo3(signature = (rules, *, defaults = None, redis = None, state = None))]
+    #[pyo3(signature = (rules, *, defaults = None, redis = None, state = None, shared = None))]
     fn from_rules(
         py: Python<'_>,
         rules: &Bound<'_, PyAny>,
         defaults: Option<&Bound<'_, PyDict>>,
         redis: Option<&Bound<'_, PyDict>>,
         state: Option<&Bound<'_, PyDict>>,
+        shared: Option<PathBuf>,
     ) -> PyResult<Self> {
         let def = crate::rules::policy_def(rules, defaults, redis, state)?;
-        Self::from_def(py, def)
+        Self::from_def(py, def, shared)
     }
 
     /// One request, described by its attributes: `ip`, `path`, `method`, `host`,

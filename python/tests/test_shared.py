@@ -178,3 +178,40 @@ def test_uvicorn_four_workers_admit_ten_of_two_hundred(region: str, tmp_path: pa
     ok, err = _serve_and_count(cmd, tmp_path, port)
     assert ok == 10, err
     assert "worker processes" not in err
+
+
+POLICY = """
+[[rule]]
+name = "per-ip"
+limit = "6/hour"
+key = ["ip"]
+
+[[rule]]
+name = "per-tenant"
+limit = "4/hour"
+key = ["tenant"]
+"""
+
+
+def _policy_worker(args: tuple[str, str, int]) -> int:
+    region, how, checks = args
+    if how == "table":
+        policy = sluicegate.Policy.from_str(POLICY + f'\n[shared]\npath = "{region}"\n')
+    else:
+        policy = sluicegate.Policy.from_str(POLICY, shared=region)
+    # One ip and one tenant: all-or-nothing across the two rules, so the tenant's
+    # 4 bind first and the ip keeps 2 unused.
+    return sum(bool(policy.check(ip="10.0.0.1", tenant="acme")) for _ in range(checks))
+
+
+@pytest.mark.parametrize("how", ["table", "argument"])
+def test_eight_processes_share_a_policy_all_or_nothing(region: str, how: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(8) as pool:
+        admitted = pool.map(_policy_worker, [(region, how, 20)] * 8)
+    assert sum(admitted) == 4, admitted
+    # The ip rule was charged only for the 4 admitted (no leaked charge from the
+    # denials): 2 of its 6 remain, in any process.
+    fresh = sluicegate.Policy.from_str(POLICY, shared=region)
+    assert fresh.check(ip="10.0.0.1", tenant="other", cost=2)
+    assert not fresh.check(ip="10.0.0.1", tenant="other2")

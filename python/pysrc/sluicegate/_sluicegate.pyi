@@ -450,9 +450,15 @@ class _Redis(_RedisRequired, total=False):
 @final
 class Policy:
     @staticmethod
-    def from_file(path: str | PathLike[str], *, watch: bool = False, interval: float = 1.0) -> Policy: ...
+    def from_file(
+        path: str | PathLike[str],
+        *,
+        watch: bool = False,
+        interval: float = 1.0,
+        shared: str | PathLike[str] | None = None,
+    ) -> Policy: ...
     @staticmethod
-    def from_str(text: str) -> Policy: ...
+    def from_str(text: str, *, shared: str | PathLike[str] | None = None) -> Policy: ...
     @staticmethod
     def from_rules(
         rules: Iterable[Rule],
@@ -460,6 +466,7 @@ class Policy:
         defaults: _Defaults | None = None,
         redis: _Redis | None = None,
         state: _State | None = None,
+        shared: str | PathLike[str] | None = None,
     ) -> Policy: ...
     def check(
         self,
