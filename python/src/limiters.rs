@@ -7,7 +7,11 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use sluicegate::{AnyLimiter, Kind, Outcome, Spec};
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyValueError;
+use sluicegate::{AnyLimiter, InsufficientCapacity, Kind, Outcome, Spec};
+use sluicegate_shm::SharedLimiter;
 
 use crate::args::{size, Cost};
 use crate::clock::{PyClock, PyManualClock};
@@ -30,19 +34,72 @@ pub fn spec_of(
 /// What every local limiter but the shaper does, over one [`AnyLimiter`].
 #[pyclass(subclass, frozen, name = "_Limiter", module = "sluicegate._sluicegate")]
 pub struct PyLimiter {
-    inner: AnyLimiter<PyClock>,
+    inner: One,
     last: DecisionCache,
 }
 
+/// Where a limiter's state lives: this process, or a shared-memory region
+/// every worker process maps (`shared=`).
+enum One {
+    Local(AnyLimiter<PyClock>),
+    Shared(SharedLimiter),
+}
+
+impl One {
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Outcome, InsufficientCapacity> {
+        match self {
+            One::Local(l) => l.check_n(n),
+            One::Shared(l) => l.check_n_at(n, sluicegate_shm::now()),
+        }
+    }
+
+    fn peek_n(&self, n: u64) -> Result<Outcome, InsufficientCapacity> {
+        match self {
+            One::Local(l) => l.peek_n(n),
+            One::Shared(l) => l.peek_n_at(n, sluicegate_shm::now()),
+        }
+    }
+
+    fn spec(&self) -> Spec {
+        match self {
+            One::Local(l) => l.spec(),
+            One::Shared(l) => l.spec(),
+        }
+    }
+}
+
 impl PyLimiter {
-    fn new(spec: &Spec, clock: Option<Py<PyManualClock>>) -> PyResult<Self> {
-        let inner = AnyLimiter::with_clock(spec, PyClock::from_arg(clock)).map_err(errors::spec)?;
-        Ok(Self::of(inner))
+    fn new(
+        spec: &Spec,
+        clock: Option<Py<PyManualClock>>,
+        shared: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let inner = match shared {
+            None => One::Local(
+                AnyLimiter::with_clock(spec, PyClock::from_arg(clock)).map_err(errors::spec)?,
+            ),
+            Some(_) if clock.is_some() => {
+                return Err(PyValueError::new_err(
+                    "clock= and shared= together: a shared region's time base is the \
+                     system's monotonic clock, the same in every process",
+                ))
+            }
+            Some(name) => One::Shared(
+                crate::shared::region(&name)?
+                    .limiter(spec)
+                    .map_err(crate::shared::error)?,
+            ),
+        };
+        Ok(Self {
+            inner,
+            last: DecisionCache::default(),
+        })
     }
 
     fn of(inner: AnyLimiter<PyClock>) -> Self {
         Self {
-            inner,
+            inner: One::Local(inner),
             last: DecisionCache::default(),
         }
     }
@@ -111,7 +168,7 @@ impl PyLimiter {
     /// The algorithm's canonical name (`sluicegate` uses the same in every language).
     #[getter]
     fn algorithm(&self) -> &'static str {
-        self.inner.kind().name()
+        self.inner.spec().kind().name()
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
@@ -134,16 +191,18 @@ macro_rules! local_class {
         #[pymethods]
         impl $ty {
             #[new]
-            #[pyo3(signature = (limit = None, *, amount = None, period = None, burst = None, clock = None))]
+            #[pyo3(signature = (limit = None, *, amount = None, period = None, burst = None, clock = None, shared = None))]
             fn new(
                 limit: Option<&Bound<'_, PyAny>>,
                 amount: Option<&Bound<'_, PyAny>>,
                 period: Option<&Bound<'_, PyAny>>,
                 burst: Option<&Bound<'_, PyAny>>,
                 clock: Option<Py<PyManualClock>>,
+                shared: Option<PathBuf>,
             ) -> PyResult<PyClassInitializer<Self>> {
                 let spec = spec_of($kind, limit, amount, period, burst)?;
-                Ok(PyClassInitializer::from(PyLimiter::new(&spec, clock)?).add_subclass($ty))
+                let base = PyLimiter::new(&spec, clock, shared)?;
+                Ok(PyClassInitializer::from(base).add_subclass($ty))
             }
         }
     };

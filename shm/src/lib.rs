@@ -1011,6 +1011,22 @@ impl SharedLimiter {
         self.check_n_at(1, now())
     }
 
+    /// The spec.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-lspec-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let spec = Spec::parse(Kind::TokenBucket, "1/hour")?;
+    /// assert_eq!(r.limiter(&spec)?.spec(), spec);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spec(&self) -> Spec {
+        self.table.spec()
+    }
+
     /// What checking `n` units at `now` would answer, changing nothing.
     ///
     /// ```

@@ -128,6 +128,7 @@ class TokenBucket(_Limiter):
         period: _Period | None = None,
         burst: int | None = None,
         clock: ManualClock | None = None,
+        shared: str | PathLike[str] | None = None,
     ) -> TokenBucket: ...
 
 @final
@@ -140,6 +141,7 @@ class LeakyBucket(_Limiter):
         period: _Period | None = None,
         burst: int | None = None,
         clock: ManualClock | None = None,
+        shared: str | PathLike[str] | None = None,
     ) -> LeakyBucket: ...
 
 @final
@@ -152,6 +154,7 @@ class FixedWindow(_Limiter):
         period: _Period | None = None,
         burst: int | None = None,
         clock: ManualClock | None = None,
+        shared: str | PathLike[str] | None = None,
     ) -> FixedWindow: ...
 
 @final
@@ -164,6 +167,7 @@ class SlidingWindow(_Limiter):
         period: _Period | None = None,
         burst: int | None = None,
         clock: ManualClock | None = None,
+        shared: str | PathLike[str] | None = None,
     ) -> SlidingWindow: ...
 
 @final
@@ -176,6 +180,7 @@ class SlidingLog(_Limiter):
         period: _Period | None = None,
         burst: int | None = None,
         clock: ManualClock | None = None,
+        shared: str | PathLike[str] | None = None,
     ) -> SlidingLog: ...
 
 @final
