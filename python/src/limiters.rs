@@ -40,6 +40,9 @@ pub struct PyLimiter {
 
 /// Where a limiter's state lives: this process, or a shared-memory region
 /// every worker process maps (`shared=`).
+// The local limiter inline: boxing it would add a pointer chase to every check
+// of the common case to save bytes of a handful of objects.
+#[allow(clippy::large_enum_variant)]
 enum One {
     Local(AnyLimiter<PyClock>),
     Shared(SharedLimiter),
