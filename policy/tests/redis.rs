@@ -110,6 +110,72 @@ fn redis_and_hybrid_rules_share_one_count_across_policies() {
     assert_eq!(a.metrics_at(0)[0].backend_errors, 0);
 }
 
+/// 120 concurrent async checks of one tenant on `rt`: the `redis` rule (40 an
+/// hour) admits exactly 40; then hot-path checks of the `hybrid` rule, answered.
+async fn async_checks(p: Arc<Policy>, tenant: &'static str) {
+    let tasks: Vec<_> = (0..120)
+        .map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move { p.check_async(&[("tenant", tenant)]).await.allowed() })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(admitted, 40, "tenant {tenant}");
+    for _ in 0..50 {
+        assert!(p.check_async(&[("path", "/hot")]).await.allowed());
+    }
+}
+
+/// The async check against Redis on a current-thread runtime, then (that
+/// runtime gone) on a multi-thread one: each admits exactly the quota, the sync
+/// check shares the count, and Redis never failed. When Redis is gone, the async
+/// check applies `on_error` as the sync one does.
+#[test]
+fn async_checks_share_the_count_on_both_runtimes() {
+    let server = Server::start();
+    let text = rules(&server.url(), "async:", "40/hour");
+    let p = Arc::new(
+        Policy::builder()
+            .remote(RedisFactory::default())
+            .from_toml(&text)
+            .unwrap(),
+    );
+    let one = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    one.block_on(async_checks(p.clone(), "acme"));
+    drop(one);
+    let two = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    two.block_on(async_checks(p.clone(), "globex"));
+    assert!(
+        !p.check(&[("tenant", "acme")]).allowed(),
+        "one count, sync or async"
+    );
+    let m = p.metrics_at(0);
+    assert_eq!((m[0].backend_errors, m[1].backend_errors), (0, 0));
+    assert_eq!((m[0].allowed, m[0].denied), (80, 161));
+
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let gone = Policy::builder()
+        .remote(RedisFactory::default())
+        .from_toml(&rules(&dead, "gone:", "3/hour"))
+        .unwrap();
+    two.block_on(async {
+        assert!(!gone.check_async(&[("tenant", "acme")]).await.allowed());
+        assert!(gone.check_async(&[("path", "/hot")]).await.allowed());
+    });
+    let m = gone.metrics_at(0);
+    assert_eq!((m[0].backend_errors, m[1].backend_errors), (1, 1));
+}
+
 #[test]
 fn on_error_answers_when_redis_is_gone() {
     let dead = format!("redis://127.0.0.1:{}", free_port());
