@@ -41,10 +41,11 @@ impl std::error::Error for BackendError {}
 /// on any runtime and move between threads.
 ///
 /// ```
-/// use sluicegate::{Decision, Outcome};
 /// use sluicegate_policy::{BackendError, RemoteFuture};
-/// let f: RemoteFuture = Box::pin(async { Err(BackendError("down".into())) });
-/// # let _ = f;
+/// let key = String::from("tenant-7"); // owned: the future outlives the call
+/// let f: RemoteFuture = Box::pin(async move { Err(BackendError(format!("{key}: down"))) });
+/// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// assert_eq!(rt.block_on(f), Err(BackendError("tenant-7: down".into())));
 /// ```
 pub type RemoteFuture = Pin<Box<dyn Future<Output = Result<Outcome, BackendError>> + Send>>;
 
