@@ -436,12 +436,23 @@ async fn proxy(to: SocketAddr) -> SocketAddr {
     addr
 }
 
+/// The counter `name{rule="<rule>"...}` in the `/metrics` text (0 if absent).
+fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// 200 requests for one user, 8 in flight at a time over 2 connections,
 /// against a TOML domain with a local per-user rule (1,000/hour) and a `redis`
-/// one (100/hour, `on_error = "closed"`, so a timed-out round trip would show as
-/// a missing admission): every request is answered, exactly 100 admitted, and
-/// the local rule holds exactly those 100 (the denied ones were given back).
-async fn redis_rules_under_concurrency(name: &str) {
+/// one (100/hour, `on_error = "closed"`). Always: every request is answered,
+/// never more than 100 admitted, and the local rule counts exactly the admitted
+/// ones (the denied were given back). Without a backend error: exactly 100
+/// admitted. Returns the `redis` rule's backend errors (round trips past Redis's
+/// fixed 25 ms timeout, which then open its breaker).
+async fn redis_rules_under_concurrency(name: &str) -> u64 {
     let redis = redis_common::Server::start();
     let to: SocketAddr = format!("127.0.0.1:{}", redis.port).parse().unwrap();
     let via = proxy(to).await;
@@ -478,53 +489,69 @@ async fn redis_rules_under_concurrency(name: &str) {
             .await
             .expect("every request is answered")
             .unwrap();
-        ok += usize::from(code == Code::Ok);
+        ok += u64::from(code == Code::Ok);
     }
     let took = started.elapsed();
     let metrics = http_get(srv.http, "/metrics").await;
-    assert_eq!(
-        ok, 100,
-        "exactly the Redis rule's quota ({took:?})\n{metrics}"
+    let hits = "sluicegate_server_rule_hits_total";
+    let local = counter(&metrics, hits, &["\"api.local\"", "\"allowed\""]);
+    let errors = counter(
+        &metrics,
+        "sluicegate_server_rule_backend_errors_total",
+        &["\"api.shared\""],
     );
-    // One more request: the local rule holds the 100 admitted (the 100 denied
-    // were given back), the shared rule none.
-    let mut c = srv.client().await;
-    let r = c
-        .should_rate_limit(request("api", &[&[("user", "ann")]], 0))
-        .await
-        .unwrap()
-        .into_inner();
-    let remaining: Vec<u32> = r.statuses.iter().map(|s| s.limit_remaining).collect();
-    assert_eq!(remaining, [0], "the rule closest to its limit is reported");
-    let local = metrics
-        .lines()
-        .filter(|l| l.contains("rule=\"api.local\"") && l.contains("result=\"allowed\""))
-        .collect::<Vec<_>>();
-    assert!(
-        local.iter().any(|l| l.ends_with(" 100")),
-        "the local rule admitted exactly 100: {local:?}"
-    );
+    assert!(ok <= 100, "never over the Redis rule's quota: {ok}");
+    assert_eq!(local, ok, "the local rule keeps only the admitted requests");
+    if errors == 0 {
+        assert_eq!(ok, 100, "exactly the Redis rule's quota ({took:?})");
+        // One more request (a peek): the shared rule has nothing left.
+        let mut c = srv.client().await;
+        let r = c
+            .should_rate_limit(request("api", &[&[("user", "ann")]], 0))
+            .await
+            .unwrap()
+            .into_inner();
+        let remaining: Vec<u32> = r.statuses.iter().map(|s| s.limit_remaining).collect();
+        assert_eq!(remaining, [0], "the rule closest to its limit is reported");
+    }
     srv.stop().await;
     drop(redis);
+    errors
 }
 
 /// The server, its clients and the way to Redis on one runtime thread, then on
-/// two workers (one after the other: the round trips have Redis's 25 ms timeout,
-/// and two such tests at once on a 2-core machine could miss it). Before the
-/// async check, each round trip on the current-thread runtime blocked its one
-/// thread (no `block_in_place` there), so the proxy never ran and every check
-/// timed out; on the multi-thread runtime each parked a worker.
+/// two workers (one after the other: two at once on a 2-core machine could miss
+/// Redis's 25 ms timeout). Before the async check, each round trip on the
+/// current-thread runtime blocked its one thread (no `block_in_place` there),
+/// so the proxy never ran: every check timed out and none was admitted.
+///
+/// A round trip can still miss the fixed 25 ms timeout on a starved machine (a
+/// debug build sharing 2 cores with other work); the backend-error counter says
+/// so, and such a run is repeated, at most three times in all. A run without
+/// backend errors must admit exactly the quota.
 #[test]
 fn redis_rules_under_concurrency_on_both_runtimes() {
     let one = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    one.block_on(redis_rules_under_concurrency("redis-one-thread"));
     let two = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    two.block_on(redis_rules_under_concurrency("redis-two-workers"));
+    for (flavour, rt) in [("one-thread", &one), ("two-workers", &two)] {
+        for attempt in 1.. {
+            let name = format!("redis-{flavour}-{attempt}");
+            let errors = rt.block_on(redis_rules_under_concurrency(&name));
+            if errors == 0 {
+                break;
+            }
+            assert!(
+                attempt < 3,
+                "{flavour}: round trips timed out in {attempt} runs ({errors} in the last)"
+            );
+            eprintln!("{flavour}: {errors} round trips timed out (a starved machine?): again");
+        }
+    }
 }
