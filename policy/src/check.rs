@@ -300,7 +300,10 @@ async fn decide_with<L: Lookup + ?Sized>(
     pending: &mut Pending,
     hits: &mut Vec<Id>,
 ) {
+    // Until the check ends, `out` says denied (and, its snapshot taken, lists no
+    // rule): what a check cut short leaves there.
     out.items.clear();
+    out.allowed = false;
     pending.clear();
     let denied = {
         let guard = Refund {

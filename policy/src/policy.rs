@@ -445,7 +445,7 @@ impl Policy {
     ///   allocation beyond it.
     /// * **Cancellation.** Dropped before it completes (a timeout, a client gone),
     ///   the check gives back every unit its local rules had charged, exactly,
-    ///   and writes nothing into `out` that says admitted. A shared backend keeps
+    ///   and leaves `out` denied, listing no rule. A shared backend keeps
     ///   no receipts: a remote check already sent may still be charged there
     ///   (early to limit, never late), as for a denied request's remote charges.
     ///

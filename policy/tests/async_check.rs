@@ -187,15 +187,23 @@ fn a_check_dropped_at_any_await_gives_back_what_its_local_rules_took() {
             .remote(f.clone())
             .from_toml(RULES)
             .unwrap();
+        // A reused decision, admitted by a check of another policy.
+        let mut d = Policy::from_toml("[[rule]]\nname = \"x\"\nlimit = \"1/s\"\n")
+            .unwrap()
+            .check_n_at(&REQ, 1, 0);
+        assert!(d.allowed());
         {
-            let mut check = pin!(p.check_n_at_async(&REQ, 1, 0));
+            let mut check = pin!(p.check_n_at_into_async(&REQ, 1, 0, &mut d));
             let mut cx = Context::from_waker(Waker::noop());
             for _ in 0..polls {
                 assert!(check.as_mut().poll(&mut cx).is_pending());
             }
         }
+        // What the cut-short check left: a denial naming no rule.
+        assert!(!d.allowed());
+        assert_eq!(d.rules().count(), 0);
         assert_eq!(f.calls.load(Ordering::SeqCst), polls, "calls sent");
-        // A cut-short check is counted neither as allowed or denied.
+        // A cut-short check is counted neither as allowed nor as denied.
         assert!(p.metrics_at(0).iter().all(|m| m.allowed + m.denied == 0));
         // Local rules: exactly back where they were.
         let r = remaining(&p);
