@@ -4,12 +4,18 @@
 //! attribute (`tenant = "t<i>"`), on a path prefix (`/p<i>/*`) and on a CIDR block
 //! (`10.a.b.0/24`), each set with one global rule: a request matches 2 rules.
 //!
+//! The same 20-rule check through the async API (`check_n_at_into_async`,
+//! polled once) shows what the async path costs a policy without remote rules.
+//!
 //! `cargo bench -p sluicegate-policy --bench policy -- --warm-up-time 1 --measurement-time 3`
 
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
 
+use std::future::Future;
 use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -61,6 +67,23 @@ fn bench(c: &mut Criterion) {
             ];
             policy.check_n_at_into(&attrs, 1, now, &mut d);
             black_box(d.allowed())
+        })
+    });
+    // The async check of the same local policy, polled once: it never awaits.
+    let mut cx = Context::from_waker(Waker::noop());
+    g.bench_function("policy 20 rules, 3 match, async", |b| {
+        b.iter(|| {
+            i = (i + 1) & 1023;
+            now += 1_000;
+            let attrs = [
+                ("ip", ips[i].as_str()),
+                ("path", "/api/items"),
+                ("method", "GET"),
+            ];
+            let ready = pin!(policy.check_n_at_into_async(&attrs, 1, now, &mut d))
+                .poll(&mut cx)
+                .is_ready();
+            black_box(ready && d.allowed())
         })
     });
     g.finish();

@@ -7,7 +7,9 @@
 //! applies the rule's `on_error` when that limiter reports a failure.
 
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
+use std::pin::Pin;
 
 use sluicegate::keyed::Pool;
 use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
@@ -33,6 +35,19 @@ impl fmt::Display for BackendError {
 }
 
 impl std::error::Error for BackendError {}
+
+/// The answer of [`RemoteLimiter::check_n_async`]: a boxed future that owns
+/// what it needs (the key is copied in), so a policy's async check can await it
+/// on any runtime and move between threads.
+///
+/// ```
+/// use sluicegate_policy::{BackendError, RemoteFuture};
+/// let key = String::from("tenant-7"); // owned: the future outlives the call
+/// let f: RemoteFuture = Box::pin(async move { Err(BackendError(format!("{key}: down"))) });
+/// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// assert_eq!(rt.block_on(f), Err(BackendError("tenant-7: down".into())));
+/// ```
+pub type RemoteFuture = Pin<Box<dyn Future<Output = Result<Outcome, BackendError>> + Send>>;
 
 /// One rule's limiter on a shared backend (Redis, hybrid): the seam the Redis tier
 /// implements.
@@ -75,8 +90,41 @@ pub trait RemoteLimiter: Send + Sync {
     /// waiting for the backend (e.g. from a hybrid rule's lease), spending
     /// nothing. The default, `false`, suits a limiter that asks its backend every
     /// time. See [`crate::Policy::may_wait_n`].
+    #[deprecated(
+        since = "0.1.0",
+        note = "only `Policy::may_wait_n` asked it; an async caller awaits `Policy::check_n_async`, which awaits `check_n_async`"
+    )]
     fn answers_locally(&self, _key: &str, _n: u64) -> bool {
         false
+    }
+    /// [`Self::check_n`] as a future, for [`crate::Policy::check_n_async`]: a
+    /// limiter that waits for its backend overrides it so the caller's thread is
+    /// never blocked (the Redis tier's does; a hybrid lease hit answers at once).
+    /// The default answers with [`Self::check_n`], on the calling thread.
+    ///
+    /// If the future is dropped before it completes, the backend may or may not
+    /// have charged the units: it keeps no receipts (see the policy's
+    /// cancellation notes in [`crate::Policy::check_n_at_into_async`]).
+    ///
+    /// ```
+    /// use sluicegate::{AnyLimiter, Outcome, Spec};
+    /// use sluicegate_policy::{BackendError, RemoteFuture, RemoteLimiter};
+    /// struct One(AnyLimiter<()>);
+    /// impl RemoteLimiter for One {
+    ///     fn check_n(&self, _key: &str, n: u64, consume: bool) -> Result<Outcome, BackendError> {
+    ///         let r = if consume { self.0.check_n_at(n, 0) } else { self.0.peek_n_at(n, 0) };
+    ///         r.map_err(|e| BackendError(e.to_string()))
+    ///     }
+    ///     fn set_spec(&self, _spec: &Spec) -> Result<(), BackendError> { Ok(()) }
+    /// }
+    /// let one = One(AnyLimiter::with_clock(&Spec::parse(sluicegate::Kind::FixedWindow, "1/s").unwrap(), ()).unwrap());
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// assert!(rt.block_on(one.check_n_async("", 1, true))?.decision.allowed);
+    /// assert!(!rt.block_on(one.check_n_async("", 1, true))?.decision.allowed);
+    /// # Ok::<(), BackendError>(())
+    /// ```
+    fn check_n_async(&self, key: &str, n: u64, consume: bool) -> RemoteFuture {
+        Box::pin(std::future::ready(self.check_n(key, n, consume)))
     }
 }
 
@@ -209,34 +257,37 @@ impl Limiter {
                 on_error,
                 local,
                 limit,
-            } => match remote.check_n(&text_key(), n, consume) {
-                Ok(o) => Ok(Answer::Decided(o)),
-                Err(_) => {
-                    let limit = *limit;
-                    let d = |allowed| sluicegate::Decision {
-                        allowed,
-                        remaining: 0,
-                        retry_after_ns: if allowed { 0 } else { 1_000_000_000 },
-                        reset_after_ns: 0,
-                        limit,
-                    };
-                    let fallback = |decision| {
-                        Answer::Fallback(Outcome {
-                            decision,
-                            delay_ns: 0,
-                        })
-                    };
-                    match (on_error, local) {
-                        (OnError::Open, _) => Ok(fallback(d(true))),
-                        (OnError::Local, Some(l)) => {
-                            match l.run(key, String::new, n, now, consume, receipt)? {
-                                Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
-                            }
-                        }
-                        _ => Ok(fallback(d(false))),
-                    }
-                }
-            },
+            } => {
+                let answer = remote.check_n(&text_key(), n, consume);
+                let fallback = (*on_error, local.as_deref(), *limit);
+                remote_answer(answer, fallback, key, (n, now), consume, receipt)
+            }
+        }
+    }
+
+    /// [`Self::run`] for an async caller: a shared backend's check is awaited
+    /// ([`RemoteLimiter::check_n_async`]); local limiters answer at once.
+    pub(crate) async fn run_async<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        text_key: impl FnOnce() -> String,
+        n: u64,
+        now: u64,
+        consume: bool,
+        receipt: &mut Receipt,
+    ) -> Result<Answer, InsufficientCapacity> {
+        match self {
+            Limiter::Remote {
+                remote,
+                on_error,
+                local,
+                limit,
+            } => {
+                let answer = remote.check_n_async(&text_key(), n, consume).await;
+                let fallback = (*on_error, local.as_deref(), *limit);
+                remote_answer(answer, fallback, key, (n, now), consume, receipt)
+            }
+            _ => self.run(key, text_key, n, now, consume, receipt),
         }
     }
 
@@ -244,6 +295,7 @@ impl Limiter {
     /// [`RemoteLimiter::answers_locally`]); local limiters never wait.
     pub(crate) fn may_wait(&self, text_key: impl FnOnce() -> String, n: u64) -> bool {
         match self {
+            #[allow(deprecated, reason = "the deprecated `Policy::may_wait_n` asks it")]
             Limiter::Remote { remote, .. } => !remote.answers_locally(&text_key(), n),
             _ => false,
         }
@@ -310,5 +362,41 @@ impl Limiter {
             Limiter::Remote { local: Some(l), .. } => l.in_pool(),
             _ => false,
         }
+    }
+}
+
+/// What a shared backend's `answer` means: its decision, or on a failure the
+/// rule's `on_error` (`fallback`: it, the `local` limiter of `on_error = "local"`,
+/// which then decides and writes `receipt`, and the rule's capacity).
+fn remote_answer<K: Hash + ?Sized>(
+    answer: Result<Outcome, BackendError>,
+    (on_error, local, limit): (OnError, Option<&Limiter>, u64),
+    key: &K,
+    (n, now): (u64, u64),
+    consume: bool,
+    receipt: &mut Receipt,
+) -> Result<Answer, InsufficientCapacity> {
+    if let Ok(o) = answer {
+        return Ok(Answer::Decided(o));
+    }
+    let d = |allowed| sluicegate::Decision {
+        allowed,
+        remaining: 0,
+        retry_after_ns: if allowed { 0 } else { 1_000_000_000 },
+        reset_after_ns: 0,
+        limit,
+    };
+    let fallback = |decision| {
+        Answer::Fallback(Outcome {
+            decision,
+            delay_ns: 0,
+        })
+    };
+    match (on_error, local) {
+        (OnError::Open, _) => Ok(fallback(d(true))),
+        (OnError::Local, Some(l)) => match l.run(key, String::new, n, now, consume, receipt)? {
+            Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
+        },
+        _ => Ok(fallback(d(false))),
     }
 }

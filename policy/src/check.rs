@@ -29,9 +29,23 @@
 //! Shadow rules are checked on their own (charged when they would admit), counted,
 //! and never deny or block the others. Denied requests peek the enforcing rules
 //! they never reached, for their headers.
+//!
+//! # Sync and async: one check
+//! The check is one async function ([`decide_with`]). The async API awaits each
+//! shared backend's answer; the sync API calls the backend on its own thread, so
+//! nothing in the future waits and its first poll completes it. A check cut
+//! short — its future dropped at an await (a timeout, a client gone) — gives
+//! back every receipt it holds when it is dropped (the [`Refund`] guard): its
+//! local rules are exactly as if it never ran. A call already sent to a shared
+//! backend cannot be recalled and may be charged there, like the charges of
+//! rules that cannot give back above: early to limit, never late. A shadow
+//! rule's charge stays, as it always does.
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 
 use sluicegate::{Decision as Verdict, Outcome, Receipt};
 
@@ -51,6 +65,9 @@ struct Ctx<'a, L: ?Sized> {
     v6: u8,
     n: u64,
     now: u64,
+    /// Whether a shared backend's check is awaited (the async check) or called
+    /// on this thread (the sync check, whose future is then ready at once).
+    wait: bool,
 }
 
 impl<L: Lookup + ?Sized> Ctx<'_, L> {
@@ -73,12 +90,16 @@ impl<L: Lookup + ?Sized> Ctx<'_, L> {
 
     /// Checks (`consume`, writing `receipt`) or peeks at the rule: the outcome and
     /// whether its shared backend failed.
-    fn run(&self, rule: &Rule, consume: bool, receipt: &mut Receipt) -> (Outcome, bool) {
+    async fn run(&self, rule: &Rule, consume: bool, receipt: &mut Receipt) -> (Outcome, bool) {
         let key = self.key(rule);
-        match rule
-            .limiter
-            .run(&key, || key.text(), self.n, self.now, consume, receipt)
-        {
+        let (l, n, now) = (&rule.limiter, self.n, self.now);
+        let answer = if self.wait {
+            l.run_async(&key, || key.text(), n, now, consume, receipt)
+                .await
+        } else {
+            l.run(&key, || key.text(), n, now, consume, receipt)
+        };
+        match answer {
             Ok(Answer::Decided(o)) => (o, false),
             Ok(Answer::Fallback(o)) => {
                 bump(&rule.metrics.backend_errors);
@@ -90,7 +111,7 @@ impl<L: Lookup + ?Sized> Ctx<'_, L> {
 
     /// Runs `out.items[i]` and records its outcome; a check of a rule that can
     /// give back keeps its receipt. Whether the rule admitted.
-    fn set(
+    async fn set(
         &self,
         snap: &Compiled,
         out: &mut Decision,
@@ -99,7 +120,7 @@ impl<L: Lookup + ?Sized> Ctx<'_, L> {
         consume: bool,
     ) -> bool {
         let rule = &snap.rules[out.items[i].rule as usize];
-        let (o, e) = self.run(rule, consume, pending.next());
+        let (o, e) = self.run(rule, consume, pending.next()).await;
         let it = &mut out.items[i];
         it.outcome = o;
         it.backend_error |= e;
@@ -148,6 +169,8 @@ fn with_scratch<R>(f: impl FnOnce(&mut Pending, &mut Vec<Id>) -> R) -> R {
     })
 }
 
+/// Decides on this thread (shared backends called, not awaited): nothing in
+/// the check's future waits, so its first poll completes it.
 pub(crate) fn decide<L: Lookup + ?Sized>(
     snap: Arc<Compiled>,
     lookup: &L,
@@ -155,26 +178,60 @@ pub(crate) fn decide<L: Lookup + ?Sized>(
     now: u64,
     out: &mut Decision,
 ) {
-    with_scratch(|pending, hits| decide_with(snap, lookup, n, now, out, pending, hits));
+    with_scratch(|pending, hits| {
+        let mut check = pin!(decide_with(
+            snap,
+            lookup,
+            (n, now),
+            false,
+            out,
+            pending,
+            hits
+        ));
+        let mut cx = Context::from_waker(Waker::noop());
+        // Ready at the first poll (a loop only so that no path can leave the
+        // check half done).
+        while check.as_mut().poll(&mut cx).is_pending() {}
+    });
 }
 
-/// Runs `f` with the request's context and the rules it may match (the index's
-/// candidates, listed into `hits`), in file order.
-fn with_candidates<L: Lookup + ?Sized, R>(
-    snap: &Compiled,
+/// Decides, awaiting each shared backend ([`crate::RemoteLimiter::check_n_async`]).
+/// Dropped at an await, the check gives back what its local rules took (the
+/// drop guard in [`decide_with`]).
+pub(crate) async fn decide_async<L: Lookup + Sync + ?Sized>(
+    snap: Arc<Compiled>,
     lookup: &L,
+    n: u64,
+    now: u64,
+    out: &mut Decision,
+) {
+    // Its own lists: the future may move between threads, and other checks run
+    // on this thread while it waits.
+    let Scratch {
+        mut pending,
+        mut hits,
+    } = Scratch::default();
+    decide_with(snap, lookup, (n, now), true, out, &mut pending, &mut hits).await;
+}
+
+/// The request's context and the rules it may match (the index's candidates,
+/// listed into `hits`), in file order.
+fn context<'a, L: Lookup + ?Sized>(
+    snap: &'a Compiled,
+    lookup: &'a L,
     (n, now): (u64, u64),
-    hits: &mut Vec<Id>,
-    f: impl FnOnce(&Ctx<'_, L>, Candidates<'_>) -> R,
-) -> R {
+    wait: bool,
+    hits: &'a mut Vec<Id>,
+) -> (Ctx<'a, L>, Candidates<'a>) {
     let cx = Ctx {
         lookup,
         names: &snap.names,
         v6: snap.def.ipv6_prefix,
         n,
         now,
+        wait,
     };
-    f(&cx, snap.index.candidates(lookup, &snap.names, hits))
+    (cx, snap.index.candidates(lookup, &snap.names, hits))
 }
 
 /// Whether [`decide`] may wait for a shared backend. It answers `false` only
@@ -193,38 +250,69 @@ fn may_wait_with<L: Lookup + ?Sized>(
     n: u64,
     hits: &mut Vec<Id>,
 ) -> bool {
-    with_candidates(snap, lookup, (n, 0), hits, |cx, candidates| {
-        let (mut enforcing, mut remote_enforcing) = (0, 0);
-        for i in candidates {
-            let rule = &snap.rules[i];
-            if !cx.matches(rule) {
-                continue;
-            }
-            let remote = rule.limiter.is_remote();
-            if remote && rule.limiter.may_wait(|| cx.key(rule).text(), n) {
-                return true;
-            }
-            if rule.enforce {
-                enforcing += 1;
-                remote_enforcing += usize::from(remote);
-            }
+    let (cx, candidates) = context(snap, lookup, (n, 0), false, hits);
+    let (mut enforcing, mut remote_enforcing) = (0, 0);
+    for i in candidates {
+        let rule = &snap.rules[i];
+        if !cx.matches(rule) {
+            continue;
         }
-        remote_enforcing > 0 && enforcing > 1
-    })
+        let remote = rule.limiter.is_remote();
+        if remote && rule.limiter.may_wait(|| cx.key(rule).text(), n) {
+            return true;
+        }
+        if rule.enforce {
+            enforcing += 1;
+            remote_enforcing += usize::from(remote);
+        }
+    }
+    remote_enforcing > 0 && enforcing > 1
 }
 
-fn decide_with<L: Lookup + ?Sized>(
+/// Gives back, when dropped, every charge still kept in `pending`. A check that
+/// runs to its end has emptied `pending` (given back on a denial, kept on an
+/// admission), so this does nothing then; a check cut short — its future
+/// dropped at an await, or a panic — is refunded exactly what it took.
+struct Refund<'a> {
+    rules: &'a [Rule],
+    pending: &'a mut Pending,
+    now: u64,
+}
+
+impl Drop for Refund<'_> {
+    fn drop(&mut self) {
+        for (rule, receipt) in self.pending.drain() {
+            if let Some(rule) = self.rules.get(*rule as usize) {
+                rule.limiter.refund(receipt, self.now);
+            }
+        }
+    }
+}
+
+/// The check, written once: `wait` says whether shared backends are awaited
+/// ([`decide_async`]) or called ([`decide`]).
+async fn decide_with<L: Lookup + ?Sized>(
     snap: Arc<Compiled>,
     lookup: &L,
-    n: u64,
-    now: u64,
+    (n, now): (u64, u64),
+    wait: bool,
     out: &mut Decision,
     pending: &mut Pending,
     hits: &mut Vec<Id>,
 ) {
+    // Until the check ends, `out` says denied (and, its snapshot taken, lists no
+    // rule): what a check cut short leaves there.
     out.items.clear();
+    out.allowed = false;
     pending.clear();
-    let denied = with_candidates(&snap, lookup, (n, now), hits, |cx, candidates| {
+    let denied = {
+        let guard = Refund {
+            rules: &snap.rules,
+            pending,
+            now,
+        };
+        let pending = &mut *guard.pending;
+        let (cx, candidates) = context(&snap, lookup, (n, now), wait, hits);
         // 1. In file order: shadow rules on their own; enforcing rules that can give
         // back are charged until one denies; the others wait.
         let mut denied = false;
@@ -244,7 +332,7 @@ fn decide_with<L: Lookup + ?Sized>(
             match rule.def.mode() {
                 Mode::Shadow => {
                     // Shadow charges stay: the slot is reused, not kept.
-                    let (o, e) = cx.run(rule, true, pending.next());
+                    let (o, e) = cx.run(rule, true, pending.next()).await;
                     let it = &mut out.items[idx];
                     (it.outcome, it.backend_error, it.stage) = (o, e, Stage::Checked);
                     bump(if o.decision.allowed {
@@ -255,7 +343,7 @@ fn decide_with<L: Lookup + ?Sized>(
                 }
                 Mode::Enforce if denied => {}
                 Mode::Enforce if rule.refundable => {
-                    denied = !cx.set(&snap, out, pending, idx, true);
+                    denied = !cx.set(&snap, out, pending, idx, true).await;
                 }
                 Mode::Enforce => deferred = true,
             }
@@ -267,15 +355,15 @@ fn decide_with<L: Lookup + ?Sized>(
             let last = out.items.iter().rposition(waiting);
             for i in 0..out.items.len() {
                 if !denied && Some(i) != last && waiting(&out.items[i]) {
-                    denied = !cx.set(&snap, out, pending, i, false);
+                    denied = !cx.set(&snap, out, pending, i, false).await;
                 }
             }
             if let Some(last) = last.filter(|_| !denied) {
-                denied = !cx.set(&snap, out, pending, last, true);
+                denied = !cx.set(&snap, out, pending, last, true).await;
             }
             for i in 0..out.items.len() {
                 if !denied && out.items[i].stage == Stage::Peeked {
-                    denied = !cx.set(&snap, out, pending, i, true);
+                    denied = !cx.set(&snap, out, pending, i, true).await;
                 }
             }
         }
@@ -287,10 +375,11 @@ fn decide_with<L: Lookup + ?Sized>(
             }
             for i in 0..out.items.len() {
                 if waiting(&out.items[i]) {
-                    cx.set(&snap, out, pending, i, false);
+                    cx.set(&snap, out, pending, i, false).await;
                 }
             }
         }
+        // Admitted: the charges stay (the guard finds nothing to give back).
         pending.clear();
         for it in out.items.iter() {
             let rule = &snap.rules[it.rule as usize];
@@ -304,7 +393,7 @@ fn decide_with<L: Lookup + ?Sized>(
             }
         }
         denied
-    });
+    };
     out.allowed = !denied;
     out.snapshot = Some(snap);
 }

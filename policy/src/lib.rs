@@ -72,7 +72,7 @@ mod table;
 mod validate;
 
 pub use attrs::{AttrName, Attrs};
-pub use backend::{BackendError, RemoteFactory, RemoteLimiter};
+pub use backend::{BackendError, RemoteFactory, RemoteFuture, RemoteLimiter};
 pub use decision::{Decision, RuleDecision, push_sf_string};
 pub use def::{
     Backend, Mode, OnError, PolicyDef, RedisSettings, RuleDef, SharedSettings, StateSettings,

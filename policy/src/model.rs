@@ -26,6 +26,9 @@ pub(crate) struct Compiled {
     pub index: RuleIndex,
     /// Where the keyed rules keep their keys (`None`: no keyed rule yet).
     pub pool: Option<Pool>,
+    /// Whether a rule's state lives on a shared backend: an async check of a
+    /// policy without one decides on the calling thread, with no await.
+    pub remote: bool,
 }
 
 /// One rule and its state; the state (`limiter`, `metrics`) is shared with the
@@ -116,12 +119,14 @@ pub(crate) fn compile(
         .collect();
     let conds: Vec<&[(u16, Cond)]> = rules.iter().map(|r| &*r.conds).collect();
     let index = RuleIndex::build(&conds);
+    let remote = rules.iter().any(|r| r.limiter.is_remote());
     Ok(Compiled {
         index,
         def,
         rules,
         names: names.into(),
         pool,
+        remote,
     })
 }
 

@@ -311,9 +311,14 @@ impl Policy {
     /// ```
     /// # use sluicegate_policy::Policy;
     /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// # #[allow(deprecated)]
     /// assert!(!p.may_wait_n(&[("k", "v")], 1)); // local rules never wait
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.1.0",
+        note = "await `Policy::check_n_async` (or its `_at`/`_into` forms) instead: it never blocks, so there is nothing to forecast"
+    )]
     pub fn may_wait_n<A: Attrs + ?Sized>(&self, attrs: &A, n: u64) -> bool {
         crate::check::may_wait(&self.current.load(), &Direct(attrs), n)
     }
@@ -338,24 +343,156 @@ impl Policy {
         now: u64,
         out: &mut Decision,
     ) {
-        // The decision keeps the rules it was decided by; a reused decision that
-        // already holds the current ones takes no reference count.
+        let snap = self.snapshot_for(out);
+        decide_here(snap, attrs, n, now, out);
+    }
+
+    /// The rules in force, for a check into `out`: a reused decision that
+    /// already holds them takes no reference count.
+    fn snapshot_for(&self, out: &mut Decision) -> Arc<Compiled> {
         let current = self.current.load();
-        let snap = match out.snapshot.take() {
+        match out.snapshot.take() {
             Some(s) if Arc::ptr_eq(&s, &*current) => s,
             _ => arc_swap::Guard::into_inner(current),
-        };
-        // Each attribute the rules name is looked up once, not once per rule.
-        let names = &snap.names;
-        if names.len() <= CACHED_ATTRS {
-            let mut vals = [None; CACHED_ATTRS];
-            for (v, name) in vals.iter_mut().zip(names.iter()) {
-                *v = attrs.get(name.as_str());
-            }
-            let len = names.len();
-            crate::check::decide(snap, &Cached::new(&vals[..len]), n, now, out);
-        } else {
-            crate::check::decide(snap, &Direct(attrs), n, now, out);
         }
+    }
+
+    /// Checks one request of cost 1 now (the policy's clock), awaiting rules on
+    /// a shared backend instead of blocking the thread (see
+    /// [`Self::check_n_at_into_async`]).
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/minute\"\n")?;
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// assert!(rt.block_on(p.check_async(&[("path", "/")])).allowed());
+    /// assert!(!rt.block_on(p.check_async(&[("path", "/")])).allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub async fn check_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A) -> Decision {
+        self.check_n_at_async(attrs, 1, self.clock.now()).await
+    }
+
+    /// [`Self::check_n`], awaiting rules on a shared backend (see
+    /// [`Self::check_n_at_into_async`]).
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"3/minute\"\n")?;
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// assert!(rt.block_on(p.check_n_async(&[("path", "/")], 3)).allowed());
+    /// assert!(!rt.block_on(p.check_n_async(&[("path", "/")], 1)).allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub async fn check_n_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
+        self.check_n_at_async(attrs, n, self.clock.now()).await
+    }
+
+    /// [`Self::check_n_into`], awaiting rules on a shared backend (see
+    /// [`Self::check_n_at_into_async`]).
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Decision, Policy};
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/minute\"\n")?;
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// let mut d = Decision::new();
+    /// rt.block_on(p.check_n_into_async(&[("path", "/")], 2, &mut d));
+    /// assert!(d.allowed());
+    /// rt.block_on(p.check_n_into_async(&[("path", "/")], 1, &mut d));
+    /// assert!(!d.allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub async fn check_n_into_async<A: Attrs + Sync + ?Sized>(
+        &self,
+        attrs: &A,
+        n: u64,
+        out: &mut Decision,
+    ) {
+        self.check_n_at_into_async(attrs, n, self.clock.now(), out)
+            .await;
+    }
+
+    /// [`Self::check_n_at`], awaiting rules on a shared backend (see
+    /// [`Self::check_n_at_into_async`]).
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// assert!(rt.block_on(p.check_n_at_async(&[("k", "v")], 1, 0)).allowed());
+    /// assert!(!rt.block_on(p.check_n_at_async(&[("k", "v")], 1, 0)).allowed());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub async fn check_n_at_async<A: Attrs + Sync + ?Sized>(
+        &self,
+        attrs: &A,
+        n: u64,
+        now: u64,
+    ) -> Decision {
+        let mut d = Decision::new();
+        self.check_n_at_into_async(attrs, n, now, &mut d).await;
+        d
+    }
+
+    /// [`Self::check_n_at_into`] for an async caller: a rule on a shared backend
+    /// (`redis`, `hybrid`) is awaited ([`crate::RemoteLimiter::check_n_async`];
+    /// the Redis tier's pipelines concurrent checks on its multiplexed
+    /// connection), never blocking the thread, so it suits any Tokio runtime,
+    /// current-thread included. Same decision, same all-or-nothing rules.
+    ///
+    /// * A policy without rules on a shared backend decides on the calling
+    ///   thread exactly as [`Self::check_n_at_into`] does: no await, no
+    ///   allocation beyond it.
+    /// * **Cancellation.** Dropped before it completes (a timeout, a client gone),
+    ///   the check gives back every unit its local rules had charged, exactly,
+    ///   and leaves `out` denied, listing no rule. A shared backend keeps
+    ///   no receipts: a remote check already sent may still be charged there
+    ///   (early to limit, never late), as for a denied request's remote charges.
+    ///
+    /// ```
+    /// # use sluicegate_policy::{Decision, Policy};
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"2/s\"\n")?;
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// let mut d = Decision::new();
+    /// rt.block_on(p.check_n_at_into_async(&[("k", "v")], 1, 0, &mut d));
+    /// assert_eq!(d.rules().next().unwrap().remaining, 1);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub async fn check_n_at_into_async<A: Attrs + Sync + ?Sized>(
+        &self,
+        attrs: &A,
+        n: u64,
+        now: u64,
+        out: &mut Decision,
+    ) {
+        let snap = self.snapshot_for(out);
+        if snap.remote {
+            crate::check::decide_async(snap, &Direct(attrs), n, now, out).await;
+        } else {
+            decide_here(snap, attrs, n, now, out);
+        }
+    }
+}
+
+/// Decides on this thread (a shared backend's check, if any, called and waited
+/// for).
+fn decide_here<A: Attrs + ?Sized>(
+    snap: Arc<Compiled>,
+    attrs: &A,
+    n: u64,
+    now: u64,
+    out: &mut Decision,
+) {
+    // Each attribute the rules name is looked up once, not once per rule.
+    let names = &snap.names;
+    if names.len() <= CACHED_ATTRS {
+        let mut vals = [None; CACHED_ATTRS];
+        for (v, name) in vals.iter_mut().zip(names.iter()) {
+            *v = attrs.get(name.as_str());
+        }
+        let len = names.len();
+        crate::check::decide(snap, &Cached::new(&vals[..len]), n, now, out);
+    } else {
+        crate::check::decide(snap, &Direct(attrs), n, now, out);
     }
 }

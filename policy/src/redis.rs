@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use sluicegate::{Decision, Outcome, Spec};
 use sluicegate_redis::{
     Backend as RedisBackend, Config, Error as RedisError, FailurePolicy, HybridConfig, Limit,
-    Source, blocking,
+    RedisLimiter as AsyncLimiter, Reply, Source, Verdict, blocking,
 };
 
-use crate::backend::{BackendError, RemoteFactory, RemoteLimiter};
+use crate::backend::{BackendError, RemoteFactory, RemoteFuture, RemoteLimiter};
 use crate::def::{Backend, RedisSettings, RuleDef};
 use crate::policy::{Policy, PolicyBuilder};
 use crate::reload::Worker;
@@ -139,50 +139,98 @@ struct Remote {
     hybrid: Option<blocking::HybridLimiter>,
 }
 
+/// A plain check's reply as the rule's outcome: straight from Redis, so a
+/// failure is an error, never a failure policy's answer.
+fn from_reply(reply: Result<Reply, RedisError>) -> Result<Outcome, BackendError> {
+    match reply {
+        Ok(r) => Ok(Outcome {
+            decision: r.decision,
+            delay_ns: r.delay_ns,
+        }),
+        Err(RedisError::Capacity(c)) => Ok(Outcome {
+            decision: Decision::never(c.capacity),
+            delay_ns: 0,
+        }),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+/// A hybrid check's or a peek's verdict as the rule's outcome; `remote` says
+/// why Redis failed when the limiter's own (closed) failure policy answered.
+fn from_verdict(
+    verdict: Result<Verdict, RedisError>,
+    consume: bool,
+    remote: &AsyncLimiter,
+) -> Result<Outcome, BackendError> {
+    match verdict {
+        // Decided by Redis, or locally from what Redis granted.
+        Ok(v)
+            if matches!(
+                v.source,
+                Source::Redis | Source::Lease | Source::LocalDenial
+            ) =>
+        {
+            Ok(Outcome {
+                decision: v.decision,
+                delay_ns: if consume { v.delay_ns } else { 0 },
+            })
+        }
+        // The limiter's own (closed) failure policy answered: Redis failed.
+        Ok(_) => Err(BackendError(match remote.last_error() {
+            Some(e) => format!("redis unavailable: {e}"),
+            None => "redis unavailable".to_owned(),
+        })),
+        Err(RedisError::Capacity(c)) => Ok(Outcome {
+            decision: Decision::never(c.capacity),
+            delay_ns: 0,
+        }),
+        Err(e) => Err(failed(e)),
+    }
+}
+
 impl RemoteLimiter for Remote {
     fn check_n(&self, key: &str, n: u64, consume: bool) -> Result<Outcome, BackendError> {
-        if consume && self.hybrid.is_none() {
-            // Straight to Redis: a failure is an error, never a failure policy's answer.
-            return match self.remote.try_check_n(key, n) {
-                Ok(r) => Ok(Outcome {
-                    decision: r.decision,
-                    delay_ns: r.delay_ns,
-                }),
-                Err(RedisError::Capacity(c)) => Ok(Outcome {
-                    decision: Decision::never(c.capacity),
-                    delay_ns: 0,
-                }),
-                Err(e) => Err(failed(e)),
+        let remote = self.remote.as_async();
+        match (consume, &self.hybrid) {
+            (true, None) => from_reply(self.remote.try_check_n(key, n)),
+            (true, Some(h)) => from_verdict(h.check_n(key, n), true, remote),
+            (false, _) => from_verdict(self.remote.peek_n(key, n), false, remote),
+        }
+    }
+
+    /// A lease hit (or a cached denial) answers at once; a round trip runs on
+    /// the limiter's own runtime, which drives its multiplexed connection (so
+    /// the connection never depends on the caller's runtime staying up), and
+    /// concurrent checks pipeline on it. Dropping the future does not recall a
+    /// call already sent: Redis may still charge it.
+    fn check_n_async(&self, key: &str, n: u64, consume: bool) -> RemoteFuture {
+        let remote = self.remote.as_async().clone();
+        if let (true, Some(h)) = (consume, &self.hybrid) {
+            let local = match h.as_async().check_local(key, n) {
+                Ok(None) => None,
+                Ok(Some(v)) => Some(Ok(v)),
+                Err(e) => Some(Err(e)),
             };
-        }
-        let verdict = match &self.hybrid {
-            Some(h) if consume => h.check_n(key, n),
-            _ => self.remote.peek_n(key, n),
-        };
-        match verdict {
-            // Decided by Redis, or locally from what Redis granted.
-            Ok(v)
-                if matches!(
-                    v.source,
-                    Source::Redis | Source::Lease | Source::LocalDenial
-                ) =>
-            {
-                Ok(Outcome {
-                    decision: v.decision,
-                    delay_ns: if consume { v.delay_ns } else { 0 },
-                })
+            if let Some(v) = local {
+                return Box::pin(std::future::ready(from_verdict(v, true, &remote)));
             }
-            // The limiter's own (closed) failure policy answered: Redis failed.
-            Ok(_) => Err(BackendError(match self.remote.last_error() {
-                Some(e) => format!("redis unavailable: {e}"),
-                None => "redis unavailable".to_owned(),
-            })),
-            Err(RedisError::Capacity(c)) => Ok(Outcome {
-                decision: Decision::never(c.capacity),
-                delay_ns: 0,
-            }),
-            Err(e) => Err(failed(e)),
         }
+        let hybrid = self.hybrid.as_ref().map(|h| h.as_async().clone());
+        let key = key.to_owned();
+        let task = self.remote.handle().spawn(async move {
+            match (consume, hybrid) {
+                (true, None) => from_reply(remote.try_check_n(&key, n).await),
+                (true, Some(h)) => from_verdict(h.check_n(&key, n).await, true, &remote),
+                (false, _) => from_verdict(remote.peek_n(&key, n).await, false, &remote),
+            }
+        });
+        Box::pin(async move {
+            task.await.unwrap_or_else(|e| {
+                Err(BackendError(format!(
+                    "the Redis runtime lost the check: {e}"
+                )))
+            })
+        })
     }
 
     fn set_spec(&self, _spec: &Spec) -> Result<(), BackendError> {

@@ -254,6 +254,7 @@ impl RemoteLimiter for Forecast {
     fn set_spec(&self, _spec: &Spec) -> Result<(), BackendError> {
         Err(BackendError("rebuild".into()))
     }
+    #[allow(deprecated)]
     fn answers_locally(&self, key: &str, _n: u64) -> bool {
         self.asked.lock().unwrap().push(key.to_owned());
         self.ready.load(Ordering::SeqCst)
@@ -283,7 +284,9 @@ impl RemoteFactory for ForecastFactory {
     }
 }
 
+/// The deprecated forecast still answers as before.
 #[test]
+#[allow(deprecated)]
 fn may_wait_forecasts_every_round_trip_of_a_check() {
     let f = ForecastFactory::default();
     let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\

@@ -352,6 +352,35 @@ impl HybridLimiter {
         })
     }
 
+    /// The async limiter this one drives ([`crate::HybridLimiter`]), sharing its
+    /// leases and its Redis connection. Its futures belong on [`Self::handle`],
+    /// the runtime that drives the connection (see [`RedisLimiter::handle`]).
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert!(h.as_async().check_local("k", 1).unwrap().is_none()); // no lease yet
+    /// ```
+    pub fn as_async(&self) -> &AsyncHybrid {
+        &self.inner
+    }
+
+    /// The private runtime this limiter's calls run on (the same as its
+    /// [`RedisLimiter::handle`]).
+    ///
+    /// ```
+    /// # use sluicegate_redis::*;
+    /// # let limit = Limit::parse("token_bucket", "100/s").unwrap();
+    /// let rl = blocking::RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
+    /// let h = blocking::HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    /// assert_eq!(h.handle().block_on(async { 7 }), 7);
+    /// ```
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.rt.handle()
+    }
+
     /// See [`crate::HybridLimiter::answers_locally`]: whether [`Self::check_n`]
     /// would answer `n` units for `key` without a round trip now.
     ///

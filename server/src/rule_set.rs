@@ -209,26 +209,13 @@ impl RuleSet {
         self.domains.len()
     }
 
-    /// Whether deciding these descriptors (entries, hits) in `domain` may wait
-    /// for a Redis round trip: a TOML domain with a `redis` or `hybrid` rule that
-    /// cannot answer one of them from this process ([`TomlDomain::may_wait`]).
-    pub(crate) fn may_wait<'e>(
-        &self,
-        domain: &str,
-        mut descriptors: impl Iterator<Item = (&'e [Entry], u64)>,
-    ) -> bool {
-        match self.domains.get(domain) {
-            Some(DomainRules::Toml(t)) => descriptors.any(|(entries, n)| t.may_wait(entries, n)),
-            _ => false,
-        }
-    }
-
     /// Decides every descriptor of one request at `now_ns` (Unix nanoseconds), with
     /// `hits[i]` units for descriptor `i`; `headers` also formats the `RateLimit`
     /// items. `None` when the domain is unknown (every descriptor OK, as upstream).
     /// The descriptors whose `skip` is true are left to the caller (`NoLimit` here;
-    /// a request's own limit override decides them).
-    pub(crate) fn decide_except<'a>(
+    /// a request's own limit override decides them). A TOML domain's rules on
+    /// Redis are awaited, never blocking the runtime's thread.
+    pub(crate) async fn decide_except<'a>(
         &'a self,
         domain: &str,
         descriptors: &[&[Entry]],
@@ -241,20 +228,15 @@ impl RuleSet {
         let yaml = match self.domains.get(domain)? {
             DomainRules::Yaml(y) => y,
             DomainRules::Toml(t) => {
-                return Some(
-                    descriptors
-                        .iter()
-                        .zip(hits)
-                        .enumerate()
-                        .map(|(i, (d, &n))| {
-                            if skipped(i) {
-                                Outcome::NoLimit
-                            } else {
-                                t.decide(d, n, now_ns, headers)
-                            }
-                        })
-                        .collect(),
-                );
+                let mut out = Vec::with_capacity(descriptors.len());
+                for (i, (d, &n)) in descriptors.iter().zip(hits).enumerate() {
+                    out.push(if skipped(i) {
+                        Outcome::NoLimit
+                    } else {
+                        t.decide(d, n, now_ns, headers).await
+                    });
+                }
+                return Some(out);
             }
         };
         let mut picked: Vec<Option<&Limit>> = descriptors

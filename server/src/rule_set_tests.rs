@@ -38,9 +38,28 @@ fn e(k: &str, v: &str) -> Entry {
     }
 }
 
+impl RuleSet {
+    /// [`RuleSet::decide_except`] run to its end on this thread (these rule sets
+    /// are local: their checks never wait).
+    fn decide_except_now<'a>(
+        &'a self,
+        domain: &str,
+        descriptors: &[&[Entry]],
+        hits: &[u64],
+        now_ns: u64,
+        headers: bool,
+        skip: &[bool],
+    ) -> Option<Vec<Outcome<'a>>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(self.decide_except(domain, descriptors, hits, now_ns, headers, skip))
+    }
+}
+
 fn oks(rs: &RuleSet, descriptors: &[&[Entry]], hits: u64, now: u64) -> Vec<bool> {
     let hits = vec![hits; descriptors.len()];
-    rs.decide_except("d", descriptors, &hits, now, false, &[])
+    rs.decide_except_now("d", descriptors, &hits, now, false, &[])
         .unwrap()
         .into_iter()
         .map(|o| match o {
@@ -62,7 +81,7 @@ fn each_value_counts_apart_in_aligned_windows() {
     assert_eq!(oks(&rs, &[&a], 1, t + SEC / 2 - 1), [false]);
     assert_eq!(oks(&rs, &[&a], 1, t + SEC / 2), [true]);
     let out = rs
-        .decide_except("d", &[&a], &[1], t + SEC / 2 + SEC / 4, false, &[])
+        .decide_except_now("d", &[&a], &[1], t + SEC / 2 + SEC / 4, false, &[])
         .unwrap();
     let Outcome::Limited(l) = &out[0] else {
         panic!("{out:?}")
@@ -96,12 +115,12 @@ fn replaces_drops_the_named_limit_and_unknown_domains_pass() {
     // Alone, `a` is limited to 1; with `b` in the same request it is replaced.
     assert_eq!(oks(&rs, &[&a, &a], 1, 0), [true, false]);
     let out = rs
-        .decide_except("d", &[&a, &b], &[1, 1], 0, false, &[])
+        .decide_except_now("d", &[&a, &b], &[1, 1], 0, false, &[])
         .unwrap();
     assert_eq!(out[0], Outcome::NoLimit);
     assert!(matches!(&out[1], Outcome::Limited(l) if l.ok));
     assert!(rs
-        .decide_except("other", &[&a], &[1], 0, false, &[])
+        .decide_except_now("other", &[&a], &[1], 0, false, &[])
         .is_none());
 }
 
@@ -111,7 +130,7 @@ fn zero_requests_per_unit_always_over_and_unlimited_always_ok() {
     let rs = set(yaml, None);
     assert_eq!(oks(&rs, &[&[e("z", "1")]], 1, 0), [false]);
     assert_eq!(
-        rs.decide_except("d", &[&[e("u", "1")]], &[1_000_000], 0, false, &[])
+        rs.decide_except_now("d", &[&[e("u", "1")]], &[1_000_000], 0, false, &[])
             .unwrap()[0],
         Outcome::Unlimited
     );
@@ -281,7 +300,7 @@ fn a_toml_domain_checks_descriptor_entries_as_attributes() {
     let rs = RuleSet::build(vec![("api.toml".into(), src)], None, settings()).unwrap();
     let ann = [e("path", "/api/x"), e("user", "ann")];
     let out = rs
-        .decide_except("api", &[&ann, &ann, &ann], &[1, 1, 1], 0, true, &[])
+        .decide_except_now("api", &[&ann, &ann, &ann], &[1, 1, 1], 0, true, &[])
         .unwrap();
     let l: Vec<&Limited> = out
         .iter()
@@ -302,7 +321,7 @@ fn a_toml_domain_checks_descriptor_entries_as_attributes() {
     // Only the shadow rule matches elsewhere: OK, reported with its own limit.
     let other = [e("path", "/home")];
     let out = rs
-        .decide_except("api", &[&other], &[1], 0, false, &[])
+        .decide_except_now("api", &[&other], &[1], 0, false, &[])
         .unwrap();
     assert!(matches!(&out[0], Outcome::Limited(l) if l.ok && l.name == "try"));
     let rows = rs.metric_rows(0);
@@ -332,7 +351,7 @@ fn a_toml_domain_reloads_in_place_keeping_state() {
     let first = build(2, None);
     assert_eq!(
         first
-            .decide_except("api", &[&ann, &ann], &[1, 1], 0, false, &[])
+            .decide_except_now("api", &[&ann, &ann], &[1, 1], 0, false, &[])
             .unwrap()
             .iter()
             .filter(|o| matches!(o, Outcome::Limited(l) if l.ok))
@@ -342,7 +361,7 @@ fn a_toml_domain_reloads_in_place_keeping_state() {
     // Raised to 3: the two hits of this minute still count, one more fits.
     let raised = build(3, Some(&first));
     let ok: Vec<bool> = raised
-        .decide_except("api", &[&ann, &ann], &[1, 1], 1, false, &[])
+        .decide_except_now("api", &[&ann, &ann], &[1, 1], 1, false, &[])
         .unwrap()
         .iter()
         .map(|o| matches!(o, Outcome::Limited(l) if l.ok))
@@ -360,7 +379,7 @@ fn detailed_metrics_name_the_domain_even_with_dots() {
     let yaml = "domain: edge.example\ndescriptors:\n  - key: ip\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
     let d = DescriptorTree::from_yaml("t.yaml", yaml).unwrap();
     let rs = RuleSet::build(vec![("t.yaml".into(), Source::Yaml(d))], None, settings()).unwrap();
-    rs.decide_except(
+    rs.decide_except_now(
         "edge.example",
         &[&[e("ip", "10.0.0.1")]],
         &[1],
@@ -374,31 +393,6 @@ fn detailed_metrics_name_the_domain_even_with_dots() {
         crate::metrics::render_rule(&mut out, &rule, shadow, &m);
     }
     assert!(out.contains("rule=\"edge.example.ip\",shadow=\"false\",value=\"edge.example.ip_10.0.0.1\",result=\"allowed\"} 1"), "{out}");
-}
-
-#[test]
-fn only_descriptors_of_remote_rules_without_a_lease_may_wait() {
-    // A hybrid rule on a closed port holds no lease: its descriptors may wait;
-    // the local rule's, the YAML domain's and unknown domains' never do.
-    let toml = "[redis]\nurl = \"redis://127.0.0.1:1\"\n\
-        [[rule]]\nname = \"shared\"\nmatch = { path = \"/shared\" }\nkey = [\"user\"]\nlimit = \"5/minute\"\nbackend = \"hybrid\"\n\
-        [[rule]]\nname = \"mine\"\nmatch = { path = \"/mine\" }\nkey = [\"user\"]\nlimit = \"5/minute\"\n";
-    let yaml = "domain: y\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
-    let d = DescriptorTree::from_yaml("y.yaml", yaml).unwrap();
-    let src = vec![
-        ("api.toml".into(), toml_source(toml)),
-        ("y.yaml".into(), Source::Yaml(d)),
-    ];
-    let rs = RuleSet::build(src, None, settings()).unwrap();
-    let shared = [e("path", "/shared"), e("user", "ann")];
-    let mine = [e("path", "/mine"), e("user", "ann")];
-    let k = [e("k", "v")];
-    let wait = |domain: &str, ds: &[(&[Entry], u64)]| rs.may_wait(domain, ds.iter().copied());
-    assert!(wait("api", &[(&shared, 1)]));
-    assert!(wait("api", &[(&mine, 1), (&shared, 1)]));
-    assert!(!wait("api", &[(&mine, 1), (&mine, 3)]));
-    assert!(!wait("y", &[(&k, 1)]));
-    assert!(!wait("nowhere", &[(&shared, 1)]));
 }
 
 #[test]

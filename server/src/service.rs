@@ -186,23 +186,9 @@ impl RateLimiter {
         self.hits(req)
     }
 
-    /// Whether answering `req` may wait for a Redis round trip: a TOML domain
-    /// whose matching `redis`/`hybrid` rules cannot all answer from this process
-    /// (a hybrid rule's lease). Descriptors with their own limit are decided by
-    /// the override, in memory.
-    fn may_wait(rules: &RuleSet, req: &RateLimitRequest, hits: &[u64]) -> bool {
-        rules.may_wait(
-            &req.domain,
-            req.descriptors
-                .iter()
-                .zip(hits)
-                .filter(|(d, _)| d.limit.is_none())
-                .map(|(d, &n)| (d.entries.as_slice(), n)),
-        )
-    }
-
     /// Answers a valid request with `rules`; `hits` from [`Self::validate`].
-    fn answer(
+    /// Rules on Redis are awaited: a round trip parks this task, not the thread.
+    async fn answer(
         &self,
         rules: &RuleSet,
         req: &RateLimitRequest,
@@ -216,7 +202,9 @@ impl RateLimiter {
             .collect();
         let headers = self.shared.settings.response_headers;
         let skip: Vec<bool> = req.descriptors.iter().map(|d| d.limit.is_some()).collect();
-        let mut outcomes = rules.decide_except(&req.domain, &entries, hits, now_ns, headers, &skip);
+        let mut outcomes = rules
+            .decide_except(&req.domain, &entries, hits, now_ns, headers, &skip)
+            .await;
         for (i, d) in req.descriptors.iter().enumerate() {
             let (Some(l), Some(slot)) = (&d.limit, outcomes.as_mut().and_then(|o| o.get_mut(i)))
             else {
@@ -316,20 +304,10 @@ impl RateLimitService for RateLimiter {
         let start = Instant::now();
         let req = request.get_ref();
         let rules = self.shared.rules();
-        let answer = self.validate(req).and_then(|hits| {
-            // A Redis rule's check blocks this thread for a round trip: on a
-            // multi-threaded runtime, hand this worker's other tasks to another
-            // thread meanwhile, so that one slow check does not stall the rest.
-            // A check that hybrid leases answer stays on this thread.
-            if Self::may_wait(&rules, req, &hits)
-                && tokio::runtime::Handle::current().runtime_flavor()
-                    == tokio::runtime::RuntimeFlavor::MultiThread
-            {
-                tokio::task::block_in_place(|| self.answer(&rules, req, &hits))
-            } else {
-                self.answer(&rules, req, &hits)
-            }
-        });
+        let answer = match self.validate(req) {
+            Ok(hits) => self.answer(&rules, req, &hits).await,
+            Err(status) => Err(status),
+        };
         self.shared.metrics.observe_latency(start.elapsed());
         if let Err(status) = &answer {
             tracing::debug!(domain = %request.get_ref().domain, error = %status.message(), "refused a malformed request");

@@ -10,10 +10,14 @@ mod common_request;
 use common_request::request as req;
 
 impl RateLimiter {
-    /// One request against the rules in force, as the gRPC method decides it.
+    /// One request against the rules in force, as the gRPC method decides it
+    /// (run to its end on this thread: these rules are local).
     fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         let hits = self.validate(req)?;
-        self.answer(&self.shared.rules(), req, &hits)
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(self.answer(&self.shared.rules(), req, &hits))
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use sluicegate_policy::redis::RedisFactory;
-use sluicegate_policy::{Attrs, Backend, Mode, Policy, PolicyDef};
+use sluicegate_policy::{Attrs, Mode, Policy, PolicyDef};
 
 use crate::config::ConfigError;
 use crate::metrics::{HitResult, RuleMetrics, TableCounts};
@@ -51,9 +51,6 @@ fn unit_of(window_ns: u64) -> Unit {
 pub struct TomlDomain {
     domain: String,
     policy: Arc<Policy>,
-    /// Some rule is on a shared backend (`redis` / `hybrid`): a decision may wait
-    /// for a Redis round trip.
-    remote: bool,
     text: String,
     metrics: HashMap<String, Arc<RuleMetrics>>,
 }
@@ -99,36 +96,27 @@ impl TomlDomain {
                 (r.name().to_owned(), m)
             })
             .collect();
-        let remote = policy
-            .definition()
-            .rules()
-            .iter()
-            .any(|r| r.backend() != Backend::Local);
         Ok(TomlDomain {
             domain: domain.to_owned(),
             policy,
-            remote,
             text: text.to_owned(),
             metrics,
         })
     }
 
-    /// Whether deciding one descriptor of `hits` may wait for a Redis round trip:
-    /// some matching rule is on `redis`, or on `hybrid` without units leased
-    /// ([`Policy::may_wait_n`]).
-    pub fn may_wait(&self, entries: &[Entry], hits: u64) -> bool {
-        self.remote && self.policy.may_wait_n(&EntryAttrs(entries), hits)
-    }
-
-    /// Decides one descriptor.
-    pub fn decide(
+    /// Decides one descriptor, awaiting its rules on Redis
+    /// ([`Policy::check_n_at_async`]).
+    pub async fn decide(
         &self,
         entries: &[Entry],
         hits: u64,
         now_ns: u64,
         headers: bool,
     ) -> Outcome<'static> {
-        let d = self.policy.check_n_at(&EntryAttrs(entries), hits, now_ns);
+        let d = self
+            .policy
+            .check_n_at_async(&EntryAttrs(entries), hits, now_ns)
+            .await;
         let mut report = None;
         for r in d.rules() {
             let result = match (r.allowed, r.mode) {

@@ -20,6 +20,9 @@ use tonic_health::pb::HealthCheckRequest;
 mod common_request;
 use common_request::request;
 
+#[path = "../../redis/tests/common/mod.rs"]
+mod redis_common;
+
 /// Daily windows: a test never straddles a window boundary in practice.
 const EDGE: &str = r#"
 domain: edge
@@ -51,11 +54,18 @@ struct Running {
 
 impl Running {
     async fn start(name: &str, yaml: &str) -> Running {
+        Running::start_with(name, &[("edge.yaml", yaml)]).await
+    }
+
+    /// A server on the config files `files` (name, text).
+    async fn start_with(name: &str, files: &[(&str, &str)]) -> Running {
         let dir =
             std::env::temp_dir().join(format!("sluicegate-server-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("edge.yaml"), yaml).unwrap();
+        for (file, text) in files {
+            std::fs::write(dir.join(file), text).unwrap();
+        }
         let config = Config {
             config_path: dir.clone(),
             grpc: "127.0.0.1:0".parse().unwrap(),
@@ -403,4 +413,145 @@ fn toml_policy_errors_name_the_file_line_and_column() {
         err.starts_with("conf/api.toml:3:12: error: rule `a`: bad limit"),
         "{err}"
     );
+}
+
+/// Forwards each loopback connection to `to` from a task of the calling runtime:
+/// the server's Redis round trips then need that runtime's threads free, as a
+/// busy server's other I/O does. A check that blocked its worker thread (the
+/// `block_in_place`-less path a current-thread runtime took before the async
+/// check) stalls its own round trip until the Redis timeout.
+async fn proxy(to: SocketAddr) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut redis) = tokio::net::TcpStream::connect(to).await {
+                    let _ = (client.set_nodelay(true), redis.set_nodelay(true));
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut redis).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The counter `name{rule="<rule>"...}` in the `/metrics` text (0 if absent).
+fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// 200 requests for one user, 8 in flight at a time over 2 connections,
+/// against a TOML domain with a local per-user rule (1,000/hour) and a `redis`
+/// one (100/hour, `on_error = "closed"`). Always: every request is answered,
+/// never more than 100 admitted, and the local rule counts exactly the admitted
+/// ones (the denied were given back). Without a backend error: exactly 100
+/// admitted. Returns the `redis` rule's backend errors (round trips past Redis's
+/// fixed 25 ms timeout, which then open its breaker).
+async fn redis_rules_under_concurrency(name: &str) -> u64 {
+    let redis = redis_common::Server::start();
+    let to: SocketAddr = format!("127.0.0.1:{}", redis.port).parse().unwrap();
+    let via = proxy(to).await;
+    let toml = format!(
+        "[redis]\nurl = \"redis://{via}\"\n\
+         [[rule]]\nname = \"local\"\nkey = [\"user\"]\nlimit = \"1000/hour\"\n\
+         [[rule]]\nname = \"shared\"\nkey = [\"user\"]\nlimit = \"100/hour\"\nbackend = \"redis\"\non_error = \"closed\"\n"
+    );
+    let srv = Running::start_with(name, &[("api.toml", &toml)]).await;
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        clients.push(srv.client().await);
+    }
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(8));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let mut c = clients[i % clients.len()].clone();
+            let slots = slots.clone();
+            tokio::spawn(async move {
+                let _slot = slots.acquire_owned().await.unwrap();
+                let r = c
+                    .should_rate_limit(request("api", &[&[("user", "ann")]], 1))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                Code::try_from(r.overall_code).unwrap()
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        let code = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("every request is answered")
+            .unwrap();
+        ok += u64::from(code == Code::Ok);
+    }
+    let took = started.elapsed();
+    let metrics = http_get(srv.http, "/metrics").await;
+    let hits = "sluicegate_server_rule_hits_total";
+    let local = counter(&metrics, hits, &["\"api.local\"", "\"allowed\""]);
+    let errors = counter(
+        &metrics,
+        "sluicegate_server_rule_backend_errors_total",
+        &["\"api.shared\""],
+    );
+    assert!(ok <= 100, "never over the Redis rule's quota: {ok}");
+    assert_eq!(local, ok, "the local rule keeps only the admitted requests");
+    if errors == 0 {
+        assert_eq!(ok, 100, "exactly the Redis rule's quota ({took:?})");
+        // One more request (a peek): the shared rule has nothing left.
+        let mut c = srv.client().await;
+        let r = c
+            .should_rate_limit(request("api", &[&[("user", "ann")]], 0))
+            .await
+            .unwrap()
+            .into_inner();
+        let remaining: Vec<u32> = r.statuses.iter().map(|s| s.limit_remaining).collect();
+        assert_eq!(remaining, [0], "the rule closest to its limit is reported");
+    }
+    srv.stop().await;
+    drop(redis);
+    errors
+}
+
+/// The server, its clients and the way to Redis on one runtime thread, then on
+/// two workers (one after the other: two at once on a 2-core machine could miss
+/// Redis's 25 ms timeout). Before the async check, each round trip on the
+/// current-thread runtime blocked its one thread (no `block_in_place` there),
+/// so the proxy never ran: every check timed out and none was admitted.
+///
+/// A round trip can still miss the fixed 25 ms timeout on a starved machine (a
+/// debug build sharing 2 cores with other work); the backend-error counter says
+/// so, and such a run is repeated, at most three times in all. A run without
+/// backend errors must admit exactly the quota.
+#[test]
+fn redis_rules_under_concurrency_on_both_runtimes() {
+    let one = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let two = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for (flavour, rt) in [("one-thread", &one), ("two-workers", &two)] {
+        for attempt in 1.. {
+            let name = format!("redis-{flavour}-{attempt}");
+            let errors = rt.block_on(redis_rules_under_concurrency(&name));
+            if errors == 0 {
+                break;
+            }
+            assert!(
+                attempt < 3,
+                "{flavour}: round trips timed out in {attempt} runs ({errors} in the last)"
+            );
+            eprintln!("{flavour}: {errors} round trips timed out (a starved machine?): again");
+        }
+    }
 }
