@@ -48,6 +48,16 @@ const CACHED_ATTRS: usize = 32;
 /// # Ok::<(), sluicegate_policy::Error>(())
 /// ```
 pub struct Policy {
+    pub(crate) core: Arc<Core>,
+    /// The thread following a rule store (`Policy::from_store`): stopped and
+    /// joined when the policy is dropped.
+    #[cfg(feature = "store")]
+    pub(crate) follower: Option<crate::store::Follower>,
+}
+
+/// What a policy is, shared with the thread that reloads it (a store's
+/// follower): the rules in force and what a reload needs.
+pub(crate) struct Core {
     pub(crate) current: ArcSwap<Compiled>,
     pub(crate) clock: DefaultClock,
     pub(crate) remote: Option<Arc<dyn RemoteFactory>>,
@@ -61,7 +71,7 @@ pub struct Policy {
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policy")
-            .field("rules", &self.current.load().def.rules.len())
+            .field("rules", &self.core.current.load().def.rules.len())
             .finish_non_exhaustive()
     }
 }
@@ -156,12 +166,16 @@ impl PolicyBuilder {
         let file = def.source().to_owned();
         let compiled = compile(def, None, self.remote.as_deref(), self.pool.as_ref(), &file)?;
         Ok(Policy {
-            current: ArcSwap::from_pointee(compiled),
-            clock: DefaultClock::default(),
-            remote: self.remote,
-            pool: self.pool,
-            reload: Mutex::new(ReloadStats::default()),
-            reloading: Mutex::new(()),
+            core: Arc::new(Core {
+                current: ArcSwap::from_pointee(compiled),
+                clock: DefaultClock::default(),
+                remote: self.remote,
+                pool: self.pool,
+                reload: Mutex::new(ReloadStats::default()),
+                reloading: Mutex::new(()),
+            }),
+            #[cfg(feature = "store")]
+            follower: None,
         })
     }
 
@@ -236,7 +250,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn definition(&self) -> PolicyDef {
-        self.current.load().def.clone()
+        self.core.current.load().def.clone()
     }
 
     /// Checks one request of cost 1 now (the policy's clock).
@@ -249,7 +263,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check<A: Attrs + ?Sized>(&self, attrs: &A) -> Decision {
-        self.check_n_at(attrs, 1, self.clock.now())
+        self.check_n_at(attrs, 1, self.core.clock.now())
     }
 
     /// Checks a request of cost `n` now (the policy's clock).
@@ -262,7 +276,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check_n<A: Attrs + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
-        self.check_n_at(attrs, n, self.clock.now())
+        self.check_n_at(attrs, n, self.core.clock.now())
     }
 
     /// [`Self::check_n`] into a decision the caller reuses (see
@@ -279,7 +293,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check_n_into<A: Attrs + ?Sized>(&self, attrs: &A, n: u64, out: &mut Decision) {
-        self.check_n_at_into(attrs, n, self.clock.now(), out);
+        self.check_n_at_into(attrs, n, self.core.clock.now(), out);
     }
 
     /// Checks a request of cost `n` at `now` (nanoseconds, the caller's clock;
@@ -315,7 +329,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn may_wait_n<A: Attrs + ?Sized>(&self, attrs: &A, n: u64) -> bool {
-        crate::check::may_wait(&self.current.load(), &Direct(attrs), n)
+        crate::check::may_wait(&self.core.current.load(), &Direct(attrs), n)
     }
 
     /// [`Self::check_n_at`] into a decision the caller reuses: no allocation once
@@ -340,7 +354,7 @@ impl Policy {
     ) {
         // The decision keeps the rules it was decided by; a reused decision that
         // already holds the current ones takes no reference count.
-        let current = self.current.load();
+        let current = self.core.current.load();
         let snap = match out.snapshot.take() {
             Some(s) if Arc::ptr_eq(&s, &*current) => s,
             _ => arc_swap::Guard::into_inner(current),
