@@ -6,7 +6,7 @@
 //! write waits a different time first (0 to 199 ms, spread evenly), so writes
 //! fall at every point of the readers' poll cycle, not always just after a
 //! poll. Prints the median and the max of each, from the commit to the
-//! reader's first check that sees it.
+//! reader's first check that sees it, and what one poll costs.
 //!
 //! ```text
 //! cargo run --release -p sluicegate-policy --features store --example store_latency -- 50
@@ -87,6 +87,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(())
     })
     .map_err(|e| e.to_string())?;
+    // What one poll costs a reader: the store opened anew, the version read.
+    let polls = 1000;
+    let start = Instant::now();
+    for _ in 0..polls {
+        Store::open(&url)?.version("d")?;
+    }
+    println!(
+        "one poll (open the file, read the domain's version): {:.0} µs",
+        start.elapsed().as_secs_f64() * 1e6 / f64::from(polls)
+    );
     for (what, mut all) in [("create", created), ("delete", deleted)] {
         all.sort_unstable();
         let median = all[all.len() / 2];

@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{Domain, Location, Store, StoreError};
@@ -101,9 +101,10 @@ impl FollowOptions {
     }
 }
 
-/// The thread following a store for a policy; stopped and joined on drop.
+/// The thread following a store for a policy; stopped and joined on drop or
+/// by [`Policy::stop_following`].
 pub(crate) struct Follower {
-    _worker: Worker,
+    worker: Mutex<Worker>,
 }
 
 /// What the follower thread keeps between polls.
@@ -297,7 +298,9 @@ impl PolicyBuilder {
             }
         })
         .map_err(|e| StoreError::unavailable(url, e))?;
-        policy.follower = Some(Follower { _worker: worker });
+        policy.follower = Some(Follower {
+            worker: Mutex::new(worker),
+        });
         Ok(policy)
     }
 }
@@ -334,6 +337,32 @@ impl Policy {
     /// ```
     pub fn from_store(url: &str, domain: &str) -> Result<Policy, StoreError> {
         PolicyBuilder::default().from_store(url, domain, FollowOptions::default())
+    }
+
+    /// Stops following the store (and waits for the thread to end): the rules
+    /// in force stay as they are. Dropping the policy does the same; this is for
+    /// a policy shared by an `Arc` (a binding's `close()`). No effect on a policy
+    /// that follows no store, or no longer.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// # use sluicegate_policy::store::{RuleRecord, Store};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("sqlite:{}", dir.path().join("rules.db").display());
+    /// # Store::open(&url)?.create_rule("api", RuleRecord::new("a", "1/s"), None, "ops")?;
+    /// let p = Policy::from_store(&url, "api")?;
+    /// p.stop_following();
+    /// p.stop_following(); // once is enough
+    /// assert_eq!(p.definition().rules().len(), 1);
+    /// # Ok::<(), sluicegate_policy::store::StoreError>(())
+    /// ```
+    pub fn stop_following(&self) {
+        if let Some(f) = &self.follower {
+            f.worker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .halt();
+        }
     }
 
     /// For a policy following a store ([`Self::from_store`]): whether its last

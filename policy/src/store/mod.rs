@@ -440,141 +440,115 @@ pub(crate) fn plan(
         updated_at: stamp.at,
         updated_by: stamp.by.to_owned(),
     };
-    let check = |given: u64, current: Option<u64>| match current {
-        Some(c) if c == given => Ok(()),
-        current => Err(StoreError::Stale { current, given }),
+    // The record at `version`, or `Stale`.
+    let at_version = |name: &str, version: u64| match find(name) {
+        Some(old) if old.meta.version == version => Ok(old),
+        old => Err(StoreError::Stale {
+            current: old.map(|o| o.meta.version),
+            given: version,
+        }),
     };
-    let last = rules.iter().map(|r| r.position).max();
-    // The rules as they would be, for validation.
-    let (plan, rules_after, settings_after): (Plan, Vec<&RuleRecord>, &DomainSettings) =
-        match change {
-            Change::Create { rule, position } => {
-                if let Some(old) = find(&rule.name) {
-                    return Err(StoreError::Exists {
-                        current: old.meta.version,
-                    });
-                }
-                let position = position.unwrap_or_else(|| last.map_or(0, |p| p.saturating_add(1)));
-                let after = StoredRule {
-                    rule: rule.clone(),
-                    position,
-                    meta: meta(None),
-                };
-                let mut all: Vec<&StoredRule> = rules.iter().collect();
-                all.push(&after);
-                let ordered = order(all);
-                let p = Plan {
-                    action: Action::Create,
-                    rule: Some(rule.name.clone()),
-                    before: None,
-                    after: Some(Record::Rule(after.clone())),
-                };
-                validate(domain_name, &settings.settings, &ordered)?;
-                return Ok(p);
-            }
-            Change::Replace {
-                rule,
-                position,
-                version,
-            } => {
-                let old = find(&rule.name);
-                check(*version, old.map(|o| o.meta.version))?;
-                let Some(old) = old else {
-                    return Err(StoreError::Stale {
-                        current: None,
-                        given: *version,
-                    });
-                };
-                let after = StoredRule {
-                    rule: rule.clone(),
-                    position: position.unwrap_or(old.position),
-                    meta: meta(Some(&old.meta)),
-                };
-                let all: Vec<&StoredRule> = rules
-                    .iter()
-                    .map(|r| if r.rule.name == rule.name { &after } else { r })
-                    .collect();
-                let ordered = order(all);
-                validate(domain_name, &settings.settings, &ordered)?;
-                return Ok(Plan {
-                    action: Action::Replace,
-                    rule: Some(rule.name.clone()),
-                    before: Some(Record::Rule(old.clone())),
-                    after: Some(Record::Rule(after)),
+    // The domain's rules with `name` replaced by `with` (or removed).
+    let rules_with = |name: &str, with: Option<&StoredRule>| -> Vec<StoredRule> {
+        let mut all: Vec<StoredRule> = rules
+            .iter()
+            .filter(|r| r.rule.name != name)
+            .cloned()
+            .chain(with.cloned())
+            .collect();
+        all.sort_by(|a, b| (a.position, &a.rule.name).cmp(&(b.position, &b.rule.name)));
+        all
+    };
+    let (plan, rules_after, settings_after) = match change {
+        Change::Create { rule, position } => {
+            if let Some(old) = find(&rule.name) {
+                return Err(StoreError::Exists {
+                    current: old.meta.version,
                 });
             }
-            Change::Delete { name, version } => {
-                let old = find(name);
-                check(*version, old.map(|o| o.meta.version))?;
-                let Some(old) = old else {
-                    return Err(StoreError::Stale {
-                        current: None,
-                        given: *version,
+            let last = rules.iter().map(|r| r.position).max();
+            let after = StoredRule {
+                rule: rule.clone(),
+                position: position.unwrap_or_else(|| last.map_or(0, |p| p.saturating_add(1))),
+                meta: meta(None),
+            };
+            let all = rules_with(&rule.name, Some(&after));
+            let plan = Plan {
+                action: Action::Create,
+                rule: Some(rule.name.clone()),
+                before: None,
+                after: Some(Record::Rule(after)),
+            };
+            (plan, all, settings.settings)
+        }
+        Change::Replace {
+            rule,
+            position,
+            version,
+        } => {
+            let old = at_version(&rule.name, *version)?;
+            let after = StoredRule {
+                rule: rule.clone(),
+                position: position.unwrap_or(old.position),
+                meta: meta(Some(&old.meta)),
+            };
+            let all = rules_with(&rule.name, Some(&after));
+            let plan = Plan {
+                action: Action::Replace,
+                rule: Some(rule.name.clone()),
+                before: Some(Record::Rule(old.clone())),
+                after: Some(Record::Rule(after)),
+            };
+            (plan, all, settings.settings)
+        }
+        Change::Delete { name, version } => {
+            let old = at_version(name, *version)?;
+            let plan = Plan {
+                action: Action::Delete,
+                rule: Some(name.clone()),
+                before: Some(Record::Rule(old.clone())),
+                after: None,
+            };
+            (plan, rules_with(name, None), settings.settings)
+        }
+        Change::Settings {
+            settings: new,
+            version,
+        } => {
+            match (version, domain) {
+                (None, Some(d)) => {
+                    return Err(StoreError::Exists {
+                        current: d.settings.meta.version,
                     });
-                };
-                let rest: Vec<&RuleRecord> = rules
-                    .iter()
-                    .filter(|r| r.rule.name != *name)
-                    .map(|r| &r.rule)
-                    .collect();
-                (
-                    Plan {
-                        action: Action::Delete,
-                        rule: Some(name.clone()),
-                        before: Some(Record::Rule(old.clone())),
-                        after: None,
-                    },
-                    rest,
-                    &settings.settings,
-                )
-            }
-            Change::Settings {
-                settings: new,
-                version,
-            } => {
-                match (version, domain) {
-                    (None, Some(d)) => {
-                        return Err(StoreError::Exists {
-                            current: d.settings.meta.version,
-                        });
-                    }
-                    (Some(v), d) => check(*v, d.map(|d| d.settings.meta.version))?,
-                    (None, None) => {}
                 }
-                let after = StoredSettings {
-                    settings: new.clone(),
-                    meta: meta(domain.map(|d| &d.settings.meta)),
-                };
-                (
-                    Plan {
-                        action: Action::Settings,
-                        rule: None,
-                        before: domain.map(|d| Record::Settings(d.settings.clone())),
-                        after: Some(Record::Settings(after)),
-                    },
-                    rules.iter().map(|r| &r.rule).collect(),
-                    new,
-                )
+                (Some(v), d) => {
+                    let current = d.map(|d| d.settings.meta.version);
+                    if current != Some(*v) {
+                        return Err(StoreError::Stale { current, given: *v });
+                    }
+                }
+                (None, None) => {}
             }
-        };
-    record::to_def(domain_name, settings_after, rules_after).map_err(StoreError::Invalid)?;
+            let after = StoredSettings {
+                settings: new.clone(),
+                meta: meta(domain.map(|d| &d.settings.meta)),
+            };
+            let plan = Plan {
+                action: Action::Settings,
+                rule: None,
+                before: domain.map(|d| Record::Settings(d.settings.clone())),
+                after: Some(Record::Settings(after)),
+            };
+            (plan, rules.to_vec(), new.clone())
+        }
+    };
+    record::to_def(
+        domain_name,
+        &settings_after,
+        rules_after.iter().map(|r| &r.rule),
+    )
+    .map_err(StoreError::Invalid)?;
     Ok(plan)
-}
-
-/// Rules in the domain's order: by position, then name.
-fn order(mut all: Vec<&StoredRule>) -> Vec<&RuleRecord> {
-    all.sort_by(|a, b| (a.position, &a.rule.name).cmp(&(b.position, &b.rule.name)));
-    all.into_iter().map(|r| &r.rule).collect()
-}
-
-fn validate(
-    domain: &str,
-    settings: &DomainSettings,
-    rules: &[&RuleRecord],
-) -> Result<(), StoreError> {
-    record::to_def(domain, settings, rules.iter().copied())
-        .map(drop)
-        .map_err(StoreError::Invalid)
 }
 
 /// A rule store: domains of rules and settings, every write validated and
