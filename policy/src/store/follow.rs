@@ -11,7 +11,10 @@
 //! The SQLite store is opened anew for each poll: a file replaced by a rename
 //! (a restore from a backup) is read, not the old file still held open, and a
 //! file gone is an outage, not an old copy read forever. A reader never
-//! creates a store.
+//! creates a store. Within one process, use the store only through this
+//! crate's SQLite: a second SQLite library in the process (Python's `sqlite3`,
+//! a system `libsqlite3`) on the same file shares its POSIX locks, and either
+//! may take itself for the file's only user and remove the WAL under the other.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

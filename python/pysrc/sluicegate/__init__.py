@@ -30,6 +30,7 @@ from ._errors import (
     CircuitOpen,
     RateLimited,
     SluicegateError,
+    StoreUnavailable,
 )
 from ._sluicegate import (
     Decision,
@@ -82,6 +83,7 @@ __all__ = [
     "SlidingLog",
     "SlidingWindow",
     "SluicegateError",
+    "StoreUnavailable",
     "StripedTokenBucket",
     "TokenBucket",
     "__version__",
