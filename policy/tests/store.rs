@@ -690,3 +690,25 @@ fn a_snapshot_starts_a_reader_while_the_store_is_down() {
     assert!(wait_for(Duration::from_secs(1), || p.last_error().is_none()).is_some());
     assert!(!p.check(&[("ip", "192.0.2.1")]).allowed(), "state kept");
 }
+
+#[test]
+fn a_reader_stopped_follows_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, store) = store_in(dir.path());
+    store
+        .create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
+        .unwrap();
+    let p = Policy::builder().from_store(&url, "d", fast()).unwrap();
+    store
+        .create_rule("d", RuleRecord::new("b", "1/s"), None, "ops")
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(1), || p.definition().rules().len() == 2).is_some());
+    p.stop_following();
+    store
+        .create_rule("d", RuleRecord::new("c", "1/s"), None, "ops")
+        .unwrap();
+    // Ten poll intervals: a running follower would have applied it.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(p.definition().rules().len(), 2);
+    assert_eq!(p.reload_count(), (1, 0));
+}

@@ -6,7 +6,8 @@
 //! that does not validate is never applied. While the store cannot be reached
 //! the rules in force stay, and the policy reports it: [`Policy::last_error`],
 //! [`Policy::store_reachable`] and the `sluicegate_policy_store_up` metric.
-//! After an outage the domain is read again whatever its version.
+//! After an outage the domain is read again whatever its version. A domain
+//! that disappears from the store is reported the same way (its rules stay).
 //!
 //! The SQLite store is opened anew for each poll: a file replaced by a rename
 //! (a restore from a backup) is read, not the old file still held open, and a
@@ -72,8 +73,10 @@ impl FollowOptions {
         self
     }
 
-    /// A file the domain is written to after every good load, and read at start
-    /// when the store cannot be reached.
+    /// A file the domain is written to after every good load (whole: a
+    /// temporary file beside it renamed over it), and read at start when the
+    /// store cannot be reached. A snapshot that cannot be written at start is
+    /// an error of `from_store`; later, a warning in the log.
     ///
     /// ```
     /// let o = sluicegate_policy::store::FollowOptions::new().snapshot("rules.json");
