@@ -445,6 +445,11 @@ fn urls_and_schema() {
         assert!(e.to_string().contains(scheme) && e.to_string().contains("not built in yet"));
         assert!(!e.to_string().contains("u:p"), "no password in the message");
     }
+    let e = Store::open("mysql://admin:s3cret@db.example:3306/rules").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`mysql://admin:***@db.example:3306/rules` is not a store URL: write sqlite:PATH or sqlite://PATH"
+    );
     for url in ["rules.db", "redis://h", "sqlite:", "sqlite://"] {
         assert!(matches!(Store::open(url), Err(StoreError::Url(_))), "{url}");
     }

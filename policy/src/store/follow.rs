@@ -167,7 +167,8 @@ impl Follow {
 
     fn reachable(&mut self) {
         if self.down {
-            log::info!("sluicegate policy: store `{}` reachable again", self.url);
+            let url = super::redact(&self.url);
+            log::info!("sluicegate policy: store `{url}` reachable again");
         }
         self.down = false;
         let mut s = self

@@ -68,7 +68,8 @@ use crate::diag::Error;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The URL is not a store URL (`sqlite:PATH`, `sqlite://PATH`).
+    /// The URL is not a store URL (`sqlite:PATH`, `sqlite://PATH`); its
+    /// password, if it has one, is shown as `***`.
     Url(String),
     /// A store of this kind is not built into this version (`postgres`).
     Unsupported {
@@ -78,7 +79,7 @@ pub enum StoreError {
     /// The store could not be reached, opened or read (the file is missing or
     /// not a database, a lock was held past the busy timeout, I/O failed).
     Unavailable {
-        /// The store's URL.
+        /// The store's URL (a password shown as `***`).
         url: String,
         /// What failed.
         source: Box<dyn std::error::Error + Send + Sync>,
@@ -132,8 +133,63 @@ impl StoreError {
         e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> StoreError {
         StoreError::Unavailable {
-            url: url.to_owned(),
+            url: redact(url),
             source: e.into(),
+        }
+    }
+}
+
+/// `url` with its passwords replaced by `***` (the user info's,
+/// `scheme://user:password@host`, and a `password=` query parameter, as
+/// libpq takes it): an error message may be logged or shown to anyone.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted() {
+        let cases = [
+            ("postgres://u:p@h:5432/db", "postgres://u:***@h:5432/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            (
+                "postgres://h/db?user=u&password=p&sslmode=require",
+                "postgres://h/db?user=u&password=***&sslmode=require",
+            ),
+            ("postgres://u:p:q@h", "postgres://u:***@h"),
+            ("sqlite:/var/lib/rules.db", "sqlite:/var/lib/rules.db"),
+            ("sqlite:///var/lib/rules.db", "sqlite:///var/lib/rules.db"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact(url), shown, "{url}");
         }
     }
 }
@@ -573,7 +629,9 @@ pub struct Store {
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Store").field("url", &self.url).finish()
+        f.debug_struct("Store")
+            .field("url", &redact(&self.url))
+            .finish()
     }
 }
 
@@ -584,21 +642,22 @@ pub(crate) enum Location {
 
 impl Location {
     pub(crate) fn parse(url: &str) -> Result<Location, StoreError> {
+        let bad = || StoreError::Url(redact(url));
         let Some((scheme, rest)) = url.split_once(':') else {
-            return Err(StoreError::Url(url.to_owned()));
+            return Err(bad());
         };
         match scheme {
             "sqlite" => {
                 let path = rest.strip_prefix("//").unwrap_or(rest);
                 if path.is_empty() {
-                    return Err(StoreError::Url(url.to_owned()));
+                    return Err(bad());
                 }
                 Ok(Location::Sqlite(path.into()))
             }
             "postgres" | "postgresql" => Err(StoreError::Unsupported {
                 scheme: scheme.to_owned(),
             }),
-            _ => Err(StoreError::Url(url.to_owned())),
+            _ => Err(bad()),
         }
     }
 }
