@@ -399,7 +399,16 @@ pub struct AuditPage {
     pub next: Option<Cursor>,
 }
 
-/// The most entries one audit page holds.
+/// The most entries one audit page holds (a larger `limit` is this).
+///
+/// ```
+/// # use sluicegate_policy::store::{Store, MAX_AUDIT_PAGE};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Store::open(&format!("sqlite:{}", dir.path().join("r.db").display()))?;
+/// assert_eq!(MAX_AUDIT_PAGE, 1000);
+/// assert!(store.audit(None, None, usize::MAX)?.entries.is_empty());
+/// # Ok::<(), sluicegate_policy::store::StoreError>(())
+/// ```
 pub const MAX_AUDIT_PAGE: usize = 1000;
 
 /// A change to make in one write transaction, with its precondition.
