@@ -701,9 +701,11 @@ fn per_limit_bound(threads: u64) {
         bounded.stats()
     );
     assert_eq!(bounded.len_at(end), held);
-    // Slack: a racing placement per thread beyond the count.
+    // Slack: a racing placement per thread beyond the count; below it, a
+    // recount counts keys placed during its scan that it also saw (early to
+    // bound, never late).
     assert!(
-        (BOUND - 8..=BOUND + threads as usize).contains(&held),
+        (BOUND - 16..=BOUND + threads as usize).contains(&held),
         "{threads} threads: {held} live keys, bound {BOUND}"
     );
     // Every admitted key spent its one unit for the hour: none gets another,

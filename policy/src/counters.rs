@@ -25,4 +25,9 @@ pub(crate) struct ReloadStats {
     pub reloads: u64,
     pub failures: u64,
     pub last_error: Option<String>,
+    /// A policy following a store: whether its last poll reached it (`None`:
+    /// not following one).
+    pub store_up: Option<bool>,
+    /// Polls that could not reach the store.
+    pub store_errors: u64,
 }

@@ -16,6 +16,8 @@
 //! * [`RemoteFactory`]: the seam for `redis` and `hybrid` rules; with the `redis`
 //!   feature, `redis::RedisFactory` builds them and `redis::RedisSource` keeps the
 //!   rule file in Redis (reloaded by a fleet on each change).
+//! * [`store`] (feature `store`): rules as records in SQLite, with versions and
+//!   an audit trail; `Policy::from_store` follows a domain of them.
 //! * `PolicyLayer` (feature `tower`): a tower layer for axum and hyper services.
 //!
 //! ```
@@ -68,6 +70,8 @@ pub mod redis;
 mod reload;
 mod rule_builder;
 mod state;
+#[cfg(feature = "store")]
+pub mod store;
 mod table;
 mod validate;
 

@@ -121,6 +121,26 @@ pub(crate) fn write_text(out: &mut String, rules: &[RuleStats], reload: &ReloadS
             }
         },
     );
+    if let Some(up) = reload.store_up {
+        let name = "sluicegate_policy_store_up";
+        family(
+            name,
+            "gauge",
+            "1 while the rule store answers the policy's polls; 0 while it cannot be reached (the rules in force are kept).",
+            &mut |o| {
+                let _ = writeln!(o, "{name} {}", u8::from(up));
+            },
+        );
+        let name = "sluicegate_policy_store_errors_total";
+        family(
+            name,
+            "counter",
+            "Polls of the rule store that could not reach it.",
+            &mut |o| {
+                let _ = writeln!(o, "{name} {}", reload.store_errors);
+            },
+        );
+    }
 }
 
 /// A label value with `\`, `"` and newlines escaped.
@@ -153,7 +173,7 @@ impl crate::Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn metrics_at(&self, now: u64) -> Vec<RuleStats> {
-        let snap = self.current.load_full();
+        let snap = self.core.current.load_full();
         // One scan of the pool counts every keyed rule's live keys.
         let live = snap
             .pool
@@ -192,7 +212,7 @@ impl crate::Policy {
     /// ```
     pub fn metrics_text(&self) -> String {
         use sluicegate::Clock;
-        self.metrics_text_at(self.clock.now())
+        self.metrics_text_at(self.core.clock.now())
     }
 
     /// [`Self::metrics_text`] at `now` on the caller's clock.
@@ -206,6 +226,7 @@ impl crate::Policy {
     pub fn metrics_text_at(&self, now: u64) -> String {
         let rules = self.metrics_at(now);
         let reload = self
+            .core
             .reload
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -238,6 +259,11 @@ impl crate::Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn state_memory(&self) -> usize {
-        self.current.load().pool.as_ref().map_or(0, |p| p.memory())
+        self.core
+            .current
+            .load()
+            .pool
+            .as_ref()
+            .map_or(0, |p| p.memory())
     }
 }

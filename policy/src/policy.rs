@@ -48,6 +48,16 @@ const CACHED_ATTRS: usize = 32;
 /// # Ok::<(), sluicegate_policy::Error>(())
 /// ```
 pub struct Policy {
+    pub(crate) core: Arc<Core>,
+    /// The thread following a rule store (`Policy::from_store`): stopped and
+    /// joined when the policy is dropped.
+    #[cfg(feature = "store")]
+    pub(crate) follower: Option<crate::store::Follower>,
+}
+
+/// What a policy is, shared with the thread that reloads it (a store's
+/// follower): the rules in force and what a reload needs.
+pub(crate) struct Core {
     pub(crate) current: ArcSwap<Compiled>,
     pub(crate) clock: DefaultClock,
     pub(crate) remote: Option<Arc<dyn RemoteFactory>>,
@@ -61,7 +71,7 @@ pub struct Policy {
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policy")
-            .field("rules", &self.current.load().def.rules.len())
+            .field("rules", &self.core.current.load().def.rules.len())
             .finish_non_exhaustive()
     }
 }
@@ -156,12 +166,16 @@ impl PolicyBuilder {
         let file = def.source().to_owned();
         let compiled = compile(def, None, self.remote.as_deref(), self.pool.as_ref(), &file)?;
         Ok(Policy {
-            current: ArcSwap::from_pointee(compiled),
-            clock: DefaultClock::default(),
-            remote: self.remote,
-            pool: self.pool,
-            reload: Mutex::new(ReloadStats::default()),
-            reloading: Mutex::new(()),
+            core: Arc::new(Core {
+                current: ArcSwap::from_pointee(compiled),
+                clock: DefaultClock::default(),
+                remote: self.remote,
+                pool: self.pool,
+                reload: Mutex::new(ReloadStats::default()),
+                reloading: Mutex::new(()),
+            }),
+            #[cfg(feature = "store")]
+            follower: None,
         })
     }
 
@@ -236,7 +250,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn definition(&self) -> PolicyDef {
-        self.current.load().def.clone()
+        self.core.current.load().def.clone()
     }
 
     /// Checks one request of cost 1 now (the policy's clock).
@@ -249,7 +263,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check<A: Attrs + ?Sized>(&self, attrs: &A) -> Decision {
-        self.check_n_at(attrs, 1, self.clock.now())
+        self.check_n_at(attrs, 1, self.core.clock.now())
     }
 
     /// Checks a request of cost `n` now (the policy's clock).
@@ -262,7 +276,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check_n<A: Attrs + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
-        self.check_n_at(attrs, n, self.clock.now())
+        self.check_n_at(attrs, n, self.core.clock.now())
     }
 
     /// [`Self::check_n`] into a decision the caller reuses (see
@@ -279,7 +293,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check_n_into<A: Attrs + ?Sized>(&self, attrs: &A, n: u64, out: &mut Decision) {
-        self.check_n_at_into(attrs, n, self.clock.now(), out);
+        self.check_n_at_into(attrs, n, self.core.clock.now(), out);
     }
 
     /// Checks a request of cost `n` at `now` (nanoseconds, the caller's clock;
@@ -320,7 +334,7 @@ impl Policy {
         note = "await `Policy::check_n_async` (or its `_at`/`_into` forms) instead: it never blocks, so there is nothing to forecast"
     )]
     pub fn may_wait_n<A: Attrs + ?Sized>(&self, attrs: &A, n: u64) -> bool {
-        crate::check::may_wait(&self.current.load(), &Direct(attrs), n)
+        crate::check::may_wait(&self.core.current.load(), &Direct(attrs), n)
     }
 
     /// [`Self::check_n_at`] into a decision the caller reuses: no allocation once
@@ -350,7 +364,7 @@ impl Policy {
     /// The rules in force, for a check into `out`: a reused decision that
     /// already holds them takes no reference count.
     fn snapshot_for(&self, out: &mut Decision) -> Arc<Compiled> {
-        let current = self.current.load();
+        let current = self.core.current.load();
         match out.snapshot.take() {
             Some(s) if Arc::ptr_eq(&s, &*current) => s,
             _ => arc_swap::Guard::into_inner(current),
@@ -370,7 +384,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub async fn check_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A) -> Decision {
-        self.check_n_at_async(attrs, 1, self.clock.now()).await
+        self.check_n_at_async(attrs, 1, self.core.clock.now()).await
     }
 
     /// [`Self::check_n`], awaiting rules on a shared backend (see
@@ -385,7 +399,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub async fn check_n_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
-        self.check_n_at_async(attrs, n, self.clock.now()).await
+        self.check_n_at_async(attrs, n, self.core.clock.now()).await
     }
 
     /// [`Self::check_n_into`], awaiting rules on a shared backend (see
@@ -408,7 +422,7 @@ impl Policy {
         n: u64,
         out: &mut Decision,
     ) {
-        self.check_n_at_into_async(attrs, n, self.clock.now(), out)
+        self.check_n_at_into_async(attrs, n, self.core.clock.now(), out)
             .await;
     }
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 use crate::def::PolicyDef;
 use crate::diag::{Diagnostic, Error};
 use crate::model::{Rule, compile, read};
-use crate::policy::Policy;
+use crate::policy::{Core, Policy};
 
 /// What a successful reload did.
 ///
@@ -83,7 +83,7 @@ impl Policy {
     pub fn reload_from_path(&self, path: impl AsRef<Path>) -> Result<Reloaded, Error> {
         match read(path.as_ref()) {
             Ok((text, name)) => self.reload(&text, Some(&name)),
-            Err(e) => Err(self.failed(e)),
+            Err(e) => Err(self.core.failed(e)),
         }
     }
 
@@ -105,20 +105,63 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn reload_from_def(&self, def: PolicyDef) -> Result<Reloaded, Error> {
-        let _one = self
-            .reloading
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.swap_in(def)
+        self.core.reload_from_def(def)
     }
 
     fn reload(&self, text: &str, file: Option<&str>) -> Result<Reloaded, Error> {
         // One reload at a time: each plans against the generation it replaces.
         let _one = self
+            .core
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let def = PolicyDef::parse(text, file).map_err(|e| self.failed(e))?;
+        let def = PolicyDef::parse(text, file).map_err(|e| self.core.failed(e))?;
+        self.core.swap_in(def)
+    }
+
+    /// The last reload's error, until a reload succeeds.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?;
+    /// assert_eq!(p.last_error(), None);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn last_error(&self) -> Option<String> {
+        self.core
+            .reload
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_error
+            .clone()
+    }
+
+    /// Reloads so far: (succeeded, failed).
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?;
+    /// p.reload_from_toml("")?;
+    /// assert_eq!(p.reload_count(), (1, 0));
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn reload_count(&self) -> (u64, u64) {
+        let s = self
+            .core
+            .reload
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (s.reloads, s.failures)
+    }
+}
+
+impl Core {
+    /// [`Policy::reload_from_def`], for the policy's follower thread too.
+    pub(crate) fn reload_from_def(&self, def: PolicyDef) -> Result<Reloaded, Error> {
+        let _one = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         self.swap_in(def)
     }
 
@@ -176,42 +219,12 @@ impl Policy {
         Ok(r)
     }
 
-    fn failed(&self, e: Error) -> Error {
+    pub(crate) fn failed(&self, e: Error) -> Error {
         let mut s = self.reload.lock().unwrap_or_else(PoisonError::into_inner);
         s.failures += 1;
         s.last_error = Some(e.to_string());
         log::warn!("sluicegate policy reload rejected, previous policy kept: {e}");
         e
-    }
-
-    /// The last reload's error, until a reload succeeds.
-    ///
-    /// ```
-    /// # use sluicegate_policy::Policy;
-    /// let p = Policy::from_toml("")?;
-    /// assert_eq!(p.last_error(), None);
-    /// # Ok::<(), sluicegate_policy::Error>(())
-    /// ```
-    pub fn last_error(&self) -> Option<String> {
-        self.reload
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .last_error
-            .clone()
-    }
-
-    /// Reloads so far: (succeeded, failed).
-    ///
-    /// ```
-    /// # use sluicegate_policy::Policy;
-    /// let p = Policy::from_toml("")?;
-    /// p.reload_from_toml("")?;
-    /// assert_eq!(p.reload_count(), (1, 0));
-    /// # Ok::<(), sluicegate_policy::Error>(())
-    /// ```
-    pub fn reload_count(&self) -> (u64, u64) {
-        let s = self.reload.lock().unwrap_or_else(PoisonError::into_inner);
-        (s.reloads, s.failures)
     }
 }
 

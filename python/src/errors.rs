@@ -15,6 +15,7 @@ pyo3::import_exception!(sluicegate._errors, BackendError);
 pyo3::import_exception!(sluicegate._errors, BackendTimeout);
 pyo3::import_exception!(sluicegate._errors, CircuitOpen);
 pyo3::import_exception!(sluicegate._errors, BackendDataError);
+pyo3::import_exception!(sluicegate._errors, StoreUnavailable);
 
 /// A bad quota or option: always a `ValueError`, with the core's message (it names
 /// the field and, for bounds, the largest accepted value).
@@ -54,6 +55,21 @@ pub fn backend(e: sluicegate_redis::Error) -> PyErr {
         E::CircuitOpen => CircuitOpen::new_err(msg),
         E::Data(_) | E::Reply(_) => BackendDataError::new_err(msg),
         _ => BackendError::new_err(msg),
+    }
+}
+
+/// A rule store's error (`Policy.from_store`): what the caller can fix (a bad
+/// URL, a store kind not built in, an unknown domain, invalid rules) is a
+/// `ValueError`; a store that cannot be reached or read, and no snapshot to
+/// stand in, is `StoreUnavailable`.
+pub fn store(e: sluicegate_policy::store::StoreError) -> PyErr {
+    use sluicegate_policy::store::StoreError as E;
+    let msg = with_causes(&e);
+    match e {
+        E::Url(_) | E::Unsupported { .. } | E::NotFound(_) | E::Invalid(_) => {
+            PyValueError::new_err(msg)
+        }
+        _ => StoreUnavailable::new_err(msg),
     }
 }
 

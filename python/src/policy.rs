@@ -13,6 +13,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString, PyTuple};
 use sluicegate_policy::redis::RedisFactory;
+use sluicegate_policy::store::FollowOptions;
 use sluicegate_policy::{Attrs, Decision, Policy, PolicyBuilder, PolicyDef, RuleDecision, Watcher};
 
 use crate::args::Cost;
@@ -85,6 +86,8 @@ fn pairs<'py>(
 pub struct PyPolicy {
     inner: Arc<Policy>,
     path: Option<String>,
+    /// `(url, domain)` of a policy following a rule store.
+    store: Option<(String, String)>,
     watcher: Mutex<Option<Watcher>>,
     /// Whether a rule lives in Redis (as built: a reload that adds one keeps the
     /// GIL during its round trips).
@@ -120,6 +123,7 @@ impl PyPolicy {
             remote: has_remote(&inner),
             inner: Arc::new(inner),
             path: None,
+            store: None,
             watcher: Mutex::new(None),
         })
     }
@@ -164,7 +168,49 @@ impl PyPolicy {
             remote: has_remote(&inner),
             inner,
             path: Some(path.display().to_string()),
+            store: None,
             watcher: Mutex::new(watcher),
+        })
+    }
+
+    /// The rules of `domain` in the rule store at `url` (`sqlite:PATH`),
+    /// followed: a change is in force within about `interval` seconds (0.2 by
+    /// default), unchanged rules keep their state, and a change that does not
+    /// validate is never applied. While the store cannot be reached the rules in
+    /// force stay (`last_error`, `store_reachable`). `snapshot`: a file written
+    /// after every good load and read at start when the store is down.
+    /// `ValueError` for a bad URL, an unknown domain or invalid rules;
+    /// `StoreUnavailable` when the store cannot be read (and no snapshot can).
+    #[staticmethod]
+    #[pyo3(signature = (url, *, domain, snapshot = None, interval = 0.2))]
+    fn from_store(
+        py: Python<'_>,
+        url: String,
+        domain: String,
+        snapshot: Option<std::path::PathBuf>,
+        interval: f64,
+    ) -> PyResult<Self> {
+        let interval = Duration::try_from_secs_f64(interval)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PyValueError::new_err("interval must be a number of seconds > 0"))?;
+        let mut options = FollowOptions::new().poll_interval(interval);
+        if let Some(path) = snapshot {
+            options = options.snapshot(path);
+        }
+        let policy = py
+            .detach(|| {
+                Policy::builder()
+                    .remote(RedisFactory::default())
+                    .from_store(&url, &domain, options)
+            })
+            .map_err(crate::errors::store)?;
+        Ok(Self {
+            remote: has_remote(&policy),
+            inner: Arc::new(policy),
+            path: None,
+            store: Some((url, domain)),
+            watcher: Mutex::new(None),
         })
     }
 
@@ -277,6 +323,13 @@ impl PyPolicy {
         self.inner.last_error()
     }
 
+    /// For a policy from `from_store`: whether its last poll reached the store
+    /// (None for any other policy).
+    #[getter]
+    fn store_reachable(&self) -> Option<bool> {
+        self.inner.store_reachable()
+    }
+
     /// `(succeeded, failed)` reloads.
     #[getter]
     fn reload_count(&self) -> (u64, u64) {
@@ -290,8 +343,10 @@ impl PyPolicy {
         PyTuple::new(py, def.rules().iter().map(|r| r.name().to_owned()))
     }
 
-    /// Stops watching the file (also when the policy is garbage-collected).
+    /// Stops watching the file, or following the store (also when the policy
+    /// is garbage-collected); the rules in force stay.
     fn close(&self) {
+        self.inner.stop_following();
         let w = self
             .watcher
             .lock()
@@ -304,9 +359,12 @@ impl PyPolicy {
 
     fn __repr__(&self) -> String {
         let n = self.inner.definition().rules().len();
-        match &self.path {
-            Some(p) => format!("Policy.from_file({p:?}) ({n} rules)"),
-            None => format!("Policy.from_str(...) ({n} rules)"),
+        match (&self.path, &self.store) {
+            (Some(p), _) => format!("Policy.from_file({p:?}) ({n} rules)"),
+            (None, Some((url, domain))) => {
+                format!("Policy.from_store({url:?}, domain={domain:?}) ({n} rules)")
+            }
+            (None, None) => format!("Policy.from_str(...) ({n} rules)"),
         }
     }
 }

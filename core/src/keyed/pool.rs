@@ -142,6 +142,8 @@ pub struct RegistryEntry {
     generation: AtomicU64,
     /// Slots it holds (approximately: see the module docs), and its bound.
     held: AtomicU64,
+    /// Keys it placed, ever: a recount adds those placed while it scanned.
+    placed: AtomicU64,
     bound: AtomicU64,
     /// When it may next recount its live keys.
     recount_at: AtomicU64,
@@ -177,6 +179,7 @@ impl RegistryEntry {
             salt: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             held: AtomicU64::new(0),
+            placed: AtomicU64::new(0),
             bound: AtomicU64::new(0),
             recount_at: AtomicU64::new(0),
             ring: core::array::from_fn(|_| AtomicU64::new(0)),
@@ -1050,6 +1053,7 @@ impl<A: Algorithm> Space<A> for Member<A> {
         if placed && prev_id != self.id {
             if let Some(me) = self.entry() {
                 me.held.fetch_add(1, order::STAT);
+                me.placed.fetch_add(1, order::STAT);
                 if let Some(index) = slot.and_then(|s| self.inner.index_of(s)) {
                     let at = me.ring_at.fetch_add(1, order::STAT) as usize % RING;
                     me.ring[at].store(index as u64 + 1, order::STAT);
@@ -1090,9 +1094,14 @@ impl<A: Algorithm> Space<A> for Member<A> {
         {
             return true;
         }
+        // Keys placed while the scan ran may lie behind it: count them too
+        // (some twice, at worst: early to bound, never late).
+        let before = e.placed.load(order::STAT);
         let live = self.len_at(now) as u64;
-        e.held.store(live, order::STAT);
-        live >= bound
+        let during = e.placed.load(order::STAT).wrapping_sub(before);
+        let held = live.saturating_add(during);
+        e.held.store(held, order::STAT);
+        held >= bound
     }
     fn make_room(&self, p: &A::Params, now: u64) -> bool {
         let Some(e) = self.entry() else {

@@ -32,6 +32,7 @@ from ._errors import (
     RateLimited,
     SharedMemoryError,
     SluicegateError,
+    StoreUnavailable,
 )
 from ._sluicegate import (
     Decision,
@@ -85,6 +86,7 @@ __all__ = [
     "SlidingLog",
     "SlidingWindow",
     "SluicegateError",
+    "StoreUnavailable",
     "StripedTokenBucket",
     "TokenBucket",
     "__version__",

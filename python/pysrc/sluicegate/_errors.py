@@ -84,6 +84,13 @@ class BackendDataError(BackendError):
     count it. No failure policy answers it: fix or delete the key."""
 
 
+class StoreUnavailable(BackendError):
+    """``Policy.from_store`` could not read its rule store (missing, not a
+    database, locked past the busy timeout, a newer schema) and no snapshot
+    could stand in. Once a policy is running, an outage is not raised: it keeps
+    its rules and reports it (``last_error``, ``store_reachable``)."""
+
+
 class CircuitOpen(BackendError):
     """The circuit breaker is open after repeated failures: Redis was not asked."""
 

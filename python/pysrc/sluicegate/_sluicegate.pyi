@@ -465,6 +465,14 @@ class Policy:
     @staticmethod
     def from_str(text: str, *, shared: str | PathLike[str] | None = None) -> Policy: ...
     @staticmethod
+    def from_store(
+        url: str,
+        *,
+        domain: str,
+        snapshot: str | PathLike[str] | None = None,
+        interval: float = 0.2,
+    ) -> Policy: ...
+    @staticmethod
     def from_rules(
         rules: Iterable[Rule],
         *,
@@ -488,6 +496,8 @@ class Policy:
     def metrics_text(self) -> str: ...
     @property
     def last_error(self) -> str | None: ...
+    @property
+    def store_reachable(self) -> bool | None: ...
     @property
     def reload_count(self) -> tuple[int, int]: ...
     @property
