@@ -13,6 +13,7 @@ __all__ = [
     "__version__",
     "_Limiter",
     "_RedisLimiter",
+    "_shared_unlink",
     "Decision",
     "FixedWindow",
     "KeyedLimiter",
