@@ -138,21 +138,28 @@ impl ConfigCell {
     #[inline]
     pub(crate) fn load(&self) -> [u64; PARAM_WORDS] {
         loop {
-            let s1 = self.seq.load(Ordering::Acquire);
-            if s1 & 1 == 0 {
-                let w = [
-                    self.words[0].load(Ordering::Relaxed),
-                    self.words[1].load(Ordering::Relaxed),
-                    self.words[2].load(Ordering::Relaxed),
-                    self.words[3].load(Ordering::Relaxed),
-                ];
-                fence(Ordering::Acquire);
-                if self.seq.load(Ordering::Relaxed) == s1 {
-                    return w;
-                }
+            if let Some(w) = self.read() {
+                return w;
             }
             spin_loop();
         }
+    }
+
+    /// One seqlock read: the words, unless a writer held or changed them.
+    #[inline(always)]
+    fn read(&self) -> Option<[u64; PARAM_WORDS]> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let w = [
+            self.words[0].load(Ordering::Relaxed),
+            self.words[1].load(Ordering::Relaxed),
+            self.words[2].load(Ordering::Relaxed),
+            self.words[3].load(Ordering::Relaxed),
+        ];
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(w)
     }
 
     /// Stores `w` outright, without the sequence number: only before the cell
@@ -171,18 +178,8 @@ impl ConfigCell {
     #[cfg(feature = "std")]
     pub(crate) fn try_load(&self) -> Option<[u64; PARAM_WORDS]> {
         for _ in 0..64 {
-            let s1 = self.seq.load(Ordering::Acquire);
-            if s1 & 1 == 0 {
-                let w = [
-                    self.words[0].load(Ordering::Relaxed),
-                    self.words[1].load(Ordering::Relaxed),
-                    self.words[2].load(Ordering::Relaxed),
-                    self.words[3].load(Ordering::Relaxed),
-                ];
-                fence(Ordering::Acquire);
-                if self.seq.load(Ordering::Relaxed) == s1 {
-                    return Some(w);
-                }
+            if let Some(w) = self.read() {
+                return Some(w);
             }
             spin_loop();
         }
