@@ -10,7 +10,7 @@ mod common;
 
 use common::{SeededTable, fixed_hasher, keyed_traffic, seeded_table};
 use proptest::prelude::*;
-use sluicegate::keyed::{FullPolicy, KeyedLimiter};
+use sluicegate::keyed::{DROP_SKEW_NS, FullPolicy, KeyedLimiter};
 use sluicegate::{Algorithm, Fixed, Gcra, Limiter, Quota, Sliding};
 
 /// Replays `ops` through a keyed table and through one single limiter per key;
@@ -55,7 +55,12 @@ proptest! {
 /// A one-group table (8 slots, probing only itself) with 8 live keys: the
 /// policies decide what the 9th key gets.
 fn full_table(policy: FullPolicy) -> SeededTable<Gcra> {
-    let t = seeded_table::<Gcra>(Quota::per_minute(1), 8, 1, policy);
+    full_table_of(policy, Quota::per_minute(1))
+}
+
+/// [`full_table`] with another quota.
+fn full_table_of(policy: FullPolicy, quota: Quota) -> SeededTable<Gcra> {
+    let t = seeded_table::<Gcra>(quota, 8, 1, policy);
     for k in 0..8u32 {
         assert!(t.check_at(&k, k as u64).allowed);
     }
@@ -68,14 +73,17 @@ fn full_table_reject_keeps_every_tracked_key() {
     let t = full_table(FullPolicy::Reject);
     let d = t.check_at(&100u32, 10);
     assert!(!d.allowed);
-    // The stalest entry (key 0, charged at t = 0) frees first: 60 s after it.
-    assert_eq!(d.retry_after_ns, 60_000_000_000 - 10);
+    // The stalest entry (key 0, charged at t = 0) frees first: 60 s after it,
+    // once fresh for the drop margin.
+    assert_eq!(d.retry_after_ns, 60_000_000_000 - 10 + DROP_SKEW_NS);
     for k in 0..8u32 {
         assert!(!t.check_at(&k, 10).allowed, "key {k} lost its state");
     }
     assert_eq!(t.stats().rejected, 1);
-    // Once key 0's bucket is full again, its slot is reused losslessly.
-    assert!(t.check_at(&100u32, 60_000_000_000).allowed);
+    // Once key 0's bucket is full again (for the drop margin), its slot is
+    // reused losslessly; not before.
+    assert!(!t.check_at(&100u32, 60_000_000_000).allowed);
+    assert!(t.check_at(&100u32, 60_000_000_000 + DROP_SKEW_NS).allowed);
     assert_eq!(t.stats().reused, 1);
 }
 
@@ -185,5 +193,27 @@ fn threads_never_over_admit_a_key() {
     // 4 threads × 200 tries per key within 200 ns: exactly the burst each.
     for (key, a) in admitted.iter().enumerate() {
         assert_eq!(a.load(Ordering::Relaxed), 50, "key {key}");
+    }
+}
+
+/// A caller whose clock is ahead (another thread's later read, another
+/// process) must not drop a key's state that a caller whose clock lags still
+/// needs: the lagging check would find the key gone and start it fresh.
+#[test]
+fn a_reuser_whose_clock_is_ahead_never_drops_a_state_a_lagging_check_needs() {
+    for policy in [FullPolicy::Reject, FullPolicy::EvictStalest] {
+        // 1/s, burst 1: key k, charged at 0, is full again at 1 s.
+        let t = full_table_of(policy, Quota::per_second(1));
+        let full_again = 1_000_000_000;
+        // A new key at 1 s + 30 ms, by a clock ahead of the others.
+        let _ = t.check_at(&100u32, full_again + 30_000_000);
+        // Every old key, checked at 0.99 s by a clock that lags: still limited
+        // (its own single limiter would deny it), whichever slot went.
+        for k in 0..8u32 {
+            assert!(
+                !t.check_at(&k, full_again - 10_000_000).allowed,
+                "{policy:?}: key {k} admitted early"
+            );
+        }
     }
 }

@@ -167,9 +167,6 @@ fn handles_registering_one_limit_at_once_meet_in_one_entry() {
 /// Evicted victim state goes to the shared sketch, so the victim never gets
 /// more than its exact token-bucket bound.
 #[test]
-#[ignore = "known over-admission, open in issue 26's note: the victim gets 30 of 29 in \
-            some runs (2 in 10 with a pool of its own as well, so not caller memory); \
-            run with --ignored"]
 fn a_flood_through_one_handle_never_lifts_a_victim_checked_through_another() {
     let mem = memory(4, 64, 8);
     let victim_spec = spec(Kind::TokenBucket, "10/s");

@@ -31,7 +31,9 @@
 //! # Bounded memory without changing decisions
 //! A slot whose state decides exactly like a fresh one (a full bucket, an expired
 //! window: [`Algorithm::is_fresh`]) carries no information, so any new key may take
-//! it over at any time: memory stays bounded by reuse, and no decision changes.
+//! it over once it has been fresh for [`DROP_SKEW_NS`] (~67 ms: a check whose
+//! clock lags the reuser's by less still finds the key fresh by its own time):
+//! memory stays bounded by reuse, and no decision changes.
 //! Only when all 16 candidate slots hold *live* state does [`FullPolicy`] decide:
 //! reject the new key, admit it without limiting it, or evict the stalest entry
 //! (the one closest to fresh); each such event is counted in [`KeyedStats`].
@@ -117,7 +119,7 @@ pub use any::{AnyKeyed, KeyHash};
 pub use pool::{Pool, PoolMemory, RegistryEntry};
 use sketch::Cells;
 use slot::committed_state;
-pub use slot::{GROUP_SLOTS, Group, Slot, slots_lock_free};
+pub use slot::{DROP_SKEW_NS, GROUP_SLOTS, Group, Slot, slots_lock_free};
 use stats::Stats;
 pub use stats::{FullPolicy, KeyedStats};
 

@@ -69,7 +69,9 @@ use core::marker::PhantomData;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::sketch::{self, Sketch};
-use super::slot::{GROUP_SLOTS, Group, Slot, committed_state, fp_of, is_pending, state_of};
+use super::slot::{
+    GROUP_SLOTS, Group, Slot, committed_state, droppable, fp_of, is_pending, state_of,
+};
 use super::stats::{Event, FullPolicy, KeyedStats, Stats};
 use super::table::{Held, Space, judge};
 use super::{DefaultHashBuilder, random_hasher, try_boxed};
@@ -1122,7 +1124,7 @@ impl<A: Algorithm> Space<A> for Member<A> {
                 continue;
             }
             // Its state goes to the sketch first (as an eviction), unless fresh.
-            let live = !A::is_fresh(p, state_of(v), now);
+            let live = !droppable::<A>(p, state_of(v), now);
             if live && !self.inner.fold(v, now) {
                 continue;
             }

@@ -21,8 +21,9 @@
 //! its own, the table; in a [`super::Pool`], the limit whose keys were folded into
 //! it), so limits of different algorithms or quotas can share one array of cells
 //! without ever joining each other's words. Folding is a compare-and-swap loop
-//! per cell; a cell whose word has gone fresh is simply overwritten (every state
-//! folded into it has gone fresh with it). A cell of another owner is taken only
+//! per cell; a cell whose word has been fresh for [`super::DROP_SKEW_NS`] is
+//! simply overwritten (every state folded into it has gone fresh with it, for
+//! every caller whose clock lags by less than that). A cell of another owner is taken only
 //! when that owner's state in it carries no information (fresh, or the owner is
 //! gone); a live one makes the fold fail, and the caller does not evict. So a
 //! cell that does not carry a key's owner tells the key nothing: its folded state,
@@ -31,7 +32,7 @@
 #[cfg(feature = "alloc")]
 use alloc::boxed::Box;
 
-use super::slot::{Slot, claimed, fp_of, state_of};
+use super::slot::{Slot, claimed, droppable, fp_of, state_of};
 use crate::limiter::Algorithm;
 
 /// Cells per evicted key.
@@ -135,7 +136,7 @@ impl<'a> Sketch<'a> {
                     word
                 } else if fp_of(cur) != owner {
                     return false;
-                } else if A::is_fresh(p, state_of(cur), now) {
+                } else if droppable::<A>(p, state_of(cur), now) {
                     word
                 } else {
                     match A::join(p, state_of(cur), word, now) {

@@ -67,6 +67,41 @@ const CLAIM_BITS: u32 = 20;
 /// be its placer's last act: any placement may take its slot over.
 pub(super) const PENDING_STALE_NS: u64 = 1 << 30;
 
+/// How long a state must have been fresh, by the judging caller's clock, before
+/// it is dropped (its slot reused, its sketch cell overwritten or taken over) —
+/// 2²⁶ ns, ~67 ms. Callers' clocks disagree: a check reads its time, then may
+/// wait (preempted, or another process's clock read earlier) while another
+/// caller, whose time is later, judges the key's state fresh and drops it. The
+/// key then comes back fresh at the earlier time, when its own state would still
+/// have limited it. A state dropped only after this margin is fresh to every
+/// caller whose clock lags the judge's by less: so no check is admitted beyond
+/// its key's model unless its time lags another caller's by more than the margin
+/// (and then by at most `rate × (lag − margin)`).
+///
+/// ```
+/// use sluicegate::keyed::{AnyKeyed, DROP_SKEW_NS, FullPolicy};
+/// use sluicegate::{Kind, Spec};
+///
+/// // One group of 8 slots, every one live: a new key is turned away until the
+/// // stalest key's state has been fresh for the margin.
+/// let spec = Spec::parse(Kind::TokenBucket, "1/s")?;
+/// let t = AnyKeyed::with_clock(&spec, 8, ())?.with_policy(FullPolicy::Reject);
+/// for k in 0..t.capacity() as u64 {
+///     assert!(t.check_n_at(&k, 1, 0)?.decision.allowed);
+/// }
+/// let full_again = 1_000_000_000;
+/// assert!(!t.check_n_at("new", 1, full_again)?.decision.allowed);
+/// assert!(t.check_n_at("new", 1, full_again + DROP_SKEW_NS)?.decision.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub const DROP_SKEW_NS: u64 = 1 << 26;
+
+/// Whether state `word` may be dropped at `now` (fresh since [`DROP_SKEW_NS`]).
+#[inline]
+pub(super) fn droppable<A: crate::limiter::Algorithm>(p: &A::Params, word: u64, now: u64) -> bool {
+    A::is_fresh(p, word, now.saturating_sub(DROP_SKEW_NS))
+}
+
 /// A pending claim of the slot by key `fp` at `now`.
 ///
 /// Its low word is a token, unique to this claim: the claim's time (to 2²⁰ ns)

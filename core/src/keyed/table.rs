@@ -48,8 +48,8 @@ use core::hash::BuildHasher;
 
 use super::Keyed;
 use super::slot::{
-    FP_MASK, GROUP_SLOTS, Group, KeySlot, Slot, claimed, committed_to, fp_of, is_pending, pending,
-    pending_held, state_of,
+    DROP_SKEW_NS, FP_MASK, GROUP_SLOTS, Group, KeySlot, Slot, claimed, committed_to, droppable,
+    fp_of, is_pending, pending, pending_held, state_of,
 };
 use super::stats::{Event, FullPolicy};
 use crate::decision::Decision;
@@ -522,17 +522,27 @@ impl<A: Algorithm, C, S: AsRef<[Group]>, H: BuildHasher> Space<A> for Keyed<A, C
     }
 }
 
-/// What slot value `v` holds for a limit of algorithm `A` with parameters `p`.
+/// What slot value `v` holds for a limit of algorithm `A` with parameters `p`
+/// at `now`: fresh (free to take) only once droppable ([`super::slot::DROP_SKEW_NS`]).
 #[inline]
 pub(super) fn judge<A: Algorithm>(p: &A::Params, v: u128, now: u64) -> Held {
     if fp_of(v) == 0 {
         Held::Empty
-    } else if A::is_fresh(p, state_of(v), now) {
+    } else if droppable::<A>(p, state_of(v), now) {
         Held::Fresh
     } else {
-        Held::Live {
-            left: A::decide(p, state_of(v), now, 0).decision.reset_after_ns,
-        }
+        // Until droppable: until fresh, then the margin; if fresh already, until
+        // fresh as of the margin ago.
+        let w = state_of(v);
+        let left = if A::is_fresh(p, w, now) {
+            A::decide(p, w, now.saturating_sub(DROP_SKEW_NS), 0)
+                .decision
+                .reset_after_ns
+        } else {
+            let until = A::decide(p, w, now, 0).decision.reset_after_ns;
+            until.saturating_add(DROP_SKEW_NS)
+        };
+        Held::Live { left }
     }
 }
 
