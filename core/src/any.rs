@@ -170,6 +170,37 @@ impl<C> AnyLimiter<C> {
         })
     }
 
+    /// A single limiter `spec` (one quota) whose state word lives in `pool`'s
+    /// registry: for a pool in memory several processes map
+    /// ([`crate::keyed::Pool::in_memory`]), every process that registers the same
+    /// spec checks the same word, with the same one CAS as an in-process limiter.
+    /// Its parameters there are fixed: [`Self::set_spec`] is refused
+    /// ([`crate::ConfigError::Immutable`] `"shared"`). The sliding log and
+    /// several quotas are refused.
+    ///
+    /// ```
+    /// use sluicegate::keyed::Pool;
+    /// use sluicegate::{AnyLimiter, Kind, Spec, SpecError};
+    /// let pool = Pool::with_memory(1 << 16)?;
+    /// let spec = Spec::parse(Kind::TokenBucket, "2/minute")?;
+    /// let a = AnyLimiter::in_pool(&pool, &spec, ())?;
+    /// assert!(a.check_n_at(2, 0)?.decision.allowed);
+    /// assert!(!a.check_n_at(1, 0)?.decision.allowed);
+    /// let log = Spec::parse(Kind::SlidingLog, "2/minute")?;
+    /// assert!(matches!(AnyLimiter::in_pool(&pool, &log, ()), Err(SpecError::Unsupported { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "std")]
+    pub fn in_pool(pool: &crate::keyed::Pool, spec: &Spec, clock: C) -> Result<Self, SpecError> {
+        Ok(Self {
+            engine: spec
+                .kind()
+                .dispatch(crate::keyed::BuildPoolWord { pool, spec })?,
+            spec: SpecCell::new(spec),
+            clock,
+        })
+    }
+
     /// A token bucket `spec` split over `stripes` cache-padded stripes
     /// (`1 ..= min(Spec::MAX_STRIPES, burst)`), for one limit many threads hit at
     /// once: each thread checks its own stripe and borrows from the others, so the

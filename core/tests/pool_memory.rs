@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use sluicegate::keyed::{AnyKeyed, FullPolicy, Group, Pool, PoolMemory, RegistryEntry, Slot};
-use sluicegate::{ConfigError, Kind, Spec, SpecError};
+use sluicegate::{AnyLimiter, ConfigError, Kind, Spec, SpecError};
 
 #[derive(Debug)]
 struct Mem {
@@ -257,4 +257,69 @@ fn a_full_registry_is_pool_full() {
     assert_eq!(e, SpecError::PoolFull { max: 3 });
     // The registered ones still join.
     assert!(AnyKeyed::in_pool(&pool, &spec(Kind::FixedWindow, "2/s"), 10, ()).is_ok());
+}
+
+/// A single limiter in caller memory is one word of its registry entry: every
+/// handle registering the same spec (8 threads here, processes over a mapped
+/// region) checks that word, exactly; a different spec, or a keyed limit of
+/// the same spec, never meets it.
+#[test]
+fn single_limiters_in_caller_memory_share_one_word_per_spec() {
+    let mem = memory(4, 64, 16);
+    for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::SlidingLog) {
+        let s = spec(kind, "5/hour");
+        let admitted = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..8 {
+                let (m, s, admitted) = (mem.clone(), &s, &admitted);
+                sc.spawn(move || {
+                    let pool = Pool::in_memory(m).unwrap();
+                    let l = AnyLimiter::in_pool(&pool, s, ()).unwrap();
+                    for _ in 0..4 {
+                        if l.check_n_at(1, 1_000).unwrap().decision.allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        let bound = spec(kind, "5/hour").capacity();
+        assert_eq!(admitted.load(Ordering::Relaxed), bound, "{kind}");
+        let pool = Pool::in_memory(mem.clone()).unwrap();
+        // Another quota is another word; a keyed limit of the spec another entry.
+        let other = AnyLimiter::in_pool(&pool, &spec(kind, "6/hour"), ()).unwrap();
+        assert!(
+            other.check_n_at(1, 1_000).unwrap().decision.allowed,
+            "{kind}"
+        );
+        let keyed = AnyKeyed::in_pool(&pool, &s, 1, ()).unwrap();
+        assert!(
+            keyed.check_n_at("k", 1, 1_000).unwrap().decision.allowed,
+            "{kind}"
+        );
+        // Fixed parameters; a reset is every process's.
+        let again = AnyLimiter::in_pool(&pool, &s, ()).unwrap();
+        assert!(matches!(
+            again.set_spec(&spec(kind, "7/hour")),
+            Err(SpecError::Config {
+                error: ConfigError::Immutable { field: "shared" },
+                ..
+            })
+        ));
+        assert!(
+            !again.check_n_at(1, 1_000).unwrap().decision.allowed,
+            "{kind}"
+        );
+    }
+    let pool = Pool::in_memory(mem.clone()).unwrap();
+    let log = Spec::parse(Kind::SlidingLog, "5/hour").unwrap();
+    assert!(matches!(
+        AnyLimiter::in_pool(&pool, &log, ()),
+        Err(SpecError::Unsupported { .. })
+    ));
+    let two = Spec::parse(Kind::TokenBucket, "5/hour; 50/day").unwrap();
+    assert!(matches!(
+        AnyLimiter::in_pool(&pool, &two, ()),
+        Err(SpecError::Unsupported { .. })
+    ));
 }

@@ -21,7 +21,9 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SLUICEGT");
 /// The layout version this build reads and writes. A region of another
 /// version is never reinterpreted: a newer one is an error, an older one too
 /// (remove it with [`crate::unlink`] to start a new one).
-pub const LAYOUT_VERSION: u64 = 1;
+///
+/// 2: a registry entry holds a single limiter's state word.
+pub const LAYOUT_VERSION: u64 = 2;
 
 /// `Header::state` once the creator has written every part.
 pub(crate) const READY: u64 = 0x5245_4144_5921;

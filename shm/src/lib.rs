@@ -80,7 +80,7 @@ use rustix::fs::{FallocateFlags, FlockOperation, OFlags};
 use sluicegate::keyed::{
     AnyKeyed, Group, KeyHash, KeyedStats, Pool, PoolMemory, RegistryEntry, Slot,
 };
-use sluicegate::{InsufficientCapacity, Outcome, Spec, SpecError};
+use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Spec, SpecError};
 
 pub use layout::LAYOUT_VERSION;
 use layout::{HASH_XXH3_64, Layout, MAGIC, READY, TIME_MONOTONIC};
@@ -577,11 +577,16 @@ impl Region {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn limiter(&self, spec: &Spec) -> Result<SharedLimiter, Error> {
-        // One key of a limit bounded to one key: the bound is part of the
-        // limit's identity, so it never meets a keyed limiter of the same spec.
-        let table = AnyKeyed::in_pool(&self.inner.pool, spec, 1, ())?;
+        let single = match spec.quotas() {
+            // One word in its registry entry, checked by one CAS.
+            [_] => Single::Word(AnyLimiter::in_pool(&self.inner.pool, spec, ())?),
+            // Several quotas are several words no one CAS covers: one key of a
+            // keyed limit bounded to one key (the bound is part of the limit's
+            // identity, so it never meets a keyed limiter of the same spec).
+            _ => Single::Key(AnyKeyed::in_pool(&self.inner.pool, spec, 1, ())?),
+        };
         Ok(SharedLimiter {
-            table,
+            single,
             _region: self.clone(),
         })
     }
@@ -969,8 +974,17 @@ impl SharedKeyed {
 /// A single limiter in a region ([`Region::limiter`]).
 #[derive(Debug)]
 pub struct SharedLimiter {
-    table: AnyKeyed<()>,
+    single: Single,
     _region: Region,
+}
+
+/// Where a single limiter's state is.
+#[derive(Debug)]
+enum Single {
+    /// One quota: its registry entry's word.
+    Word(AnyLimiter<()>),
+    /// Several: one key of a keyed limit.
+    Key(AnyKeyed<()>),
 }
 
 /// The one key of a single limiter's limit.
@@ -991,7 +1005,10 @@ impl SharedLimiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_n_at(&self, n: u64, now: u64) -> Result<Outcome, InsufficientCapacity> {
-        self.table.check_n_at_hashed(SINGLE, n, now)
+        match &self.single {
+            Single::Word(l) => l.check_n_at(n, now),
+            Single::Key(t) => t.check_n_at_hashed(SINGLE, n, now),
+        }
     }
 
     /// Checks one unit now.
@@ -1024,7 +1041,10 @@ impl SharedLimiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn spec(&self) -> Spec {
-        self.table.spec()
+        match &self.single {
+            Single::Word(l) => l.spec(),
+            Single::Key(t) => t.spec(),
+        }
     }
 
     /// What checking `n` units at `now` would answer, changing nothing.
@@ -1040,6 +1060,9 @@ impl SharedLimiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Outcome, InsufficientCapacity> {
-        self.table.peek_n_at_hashed(SINGLE, n, now)
+        match &self.single {
+            Single::Word(l) => l.peek_n_at(n, now),
+            Single::Key(t) => t.peek_n_at_hashed(SINGLE, n, now),
+        }
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use sluicegate::keyed::AnyKeyed;
 use sluicegate::{Kind, Spec};
-use sluicegate_shm::{Error, Options, Region};
+use sluicegate_shm::{Error, LAYOUT_VERSION, Options, Region};
 
 /// A file in the temporary directory, unique to this run.
 fn file(name: &str) -> PathBuf {
@@ -295,16 +295,16 @@ fn a_damaged_or_foreign_file_is_a_clear_error() {
     };
     // A newer layout version.
     fresh();
-    poke(&path, 8, 2);
+    poke(&path, 8, LAYOUT_VERSION + 1);
     let e = Region::open(&path, &OPTIONS()).unwrap_err();
     assert!(
         matches!(
             e,
             Error::Version {
-                found: 2,
-                supported: 1,
+                found,
+                supported: LAYOUT_VERSION,
                 ..
-            }
+            } if found == LAYOUT_VERSION + 1
         ),
         "{e}"
     );

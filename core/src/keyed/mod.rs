@@ -116,6 +116,8 @@ use crate::quota::Quota;
 #[cfg(feature = "std")]
 pub use any::{AnyKeyed, KeyHash};
 #[cfg(feature = "std")]
+pub(crate) use pool::BuildPoolWord;
+#[cfg(feature = "std")]
 pub use pool::{Pool, PoolMemory, RegistryEntry};
 use sketch::Cells;
 use slot::committed_state;

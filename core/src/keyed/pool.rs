@@ -75,7 +75,7 @@ use super::slot::{
 use super::stats::{Event, FullPolicy, KeyedStats, Stats};
 use super::table::{Held, Space, judge};
 use super::{DefaultHashBuilder, random_hasher, try_boxed};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, InsufficientCapacity};
 use crate::kind::{Dispatch, Kind};
 use crate::limiter::{Algorithm, ConfigCell, PARAM_WORDS};
 use crate::quota::Quota;
@@ -154,6 +154,9 @@ pub struct RegistryEntry {
     ring: [AtomicU64; RING],
     ring_at: AtomicU64,
     stats: Stats<1>,
+    /// A single limiter's state ([`crate::AnyLimiter::in_pool`]; bound 0): its
+    /// one word, as a [`crate::Limiter`] holds it inline.
+    word: AtomicU64,
 }
 
 type Entry = RegistryEntry;
@@ -187,6 +190,7 @@ impl RegistryEntry {
             ring: core::array::from_fn(|_| AtomicU64::new(0)),
             ring_at: AtomicU64::new(0),
             stats: Stats::new(),
+            word: AtomicU64::new(0),
         }
     }
 
@@ -572,6 +576,7 @@ impl Pool {
             r.store(0, order::STAT);
         }
         e.stats.reset();
+        e.word.store(0, order::STAT);
         e.state.store(ALIVE, order::STORE);
         Ok(Member {
             inner: inner.clone(),
@@ -1288,6 +1293,165 @@ mod tests {
                 }
                 t.clear();
             }
+        }
+    }
+}
+
+/// A single limiter whose state word is its registry entry's
+/// ([`crate::AnyLimiter::in_pool`]): registered with bound 0, so it never meets a
+/// keyed limit (whose bound is at least 1) of the same spec.
+pub(crate) struct PoolWord<A: Algorithm> {
+    member: Member<A>,
+    /// The parameter words, when fixed (caller memory): read once.
+    fixed: Option<[u64; PARAM_WORDS]>,
+}
+
+impl<A: Algorithm> fmt::Debug for PoolWord<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolWord")
+            .field("member", &self.member)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Algorithm> PoolWord<A> {
+    #[inline(always)]
+    fn params(&self) -> A::Params {
+        match self.fixed {
+            Some(w) => A::from_words(w),
+            None => Space::<A>::params(&self.member),
+        }
+    }
+
+    /// The word: in its registry entry, which a registered limit always has.
+    #[inline(always)]
+    fn word(&self) -> Option<&AtomicU64> {
+        self.member.entry().map(|e| &e.word)
+    }
+
+    /// The answer if the entry were ever missing: a denial, never an admission
+    /// the limit did not count.
+    #[cold]
+    fn orphaned(&self) -> crate::any::Outcome {
+        crate::any::Outcome::plain(crate::decision::Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after_ns: u64::MAX,
+            reset_after_ns: u64::MAX,
+            limit: A::capacity(&self.params()),
+        })
+    }
+}
+
+/// The engine of a single limiter `spec` in `pool` (one quota: a compound is
+/// several words no one CAS covers).
+pub(crate) struct BuildPoolWord<'a> {
+    pub(crate) pool: &'a Pool,
+    pub(crate) spec: &'a crate::spec::Spec,
+}
+
+impl BuildPoolWord<'_> {
+    fn engine<A: Algorithm + fmt::Debug + Send + Sync + 'static>(
+        self,
+        words: [u64; PARAM_WORDS],
+    ) -> Result<Box<dyn crate::engine::Engine>, SpecError> {
+        let member = self.pool.register::<A>(self.spec.kind(), words, 0)?;
+        let fixed = member.fixed;
+        Ok(Box::new(PoolWord { member, fixed }))
+    }
+}
+
+impl Dispatch for BuildPoolWord<'_> {
+    type Output = Result<Box<dyn crate::engine::Engine>, SpecError>;
+    fn word<A: Algorithm + fmt::Debug + Send + Sync + 'static>(self) -> Self::Output {
+        let [q] = self.spec.quotas() else {
+            return Err(self.spec.unsupported("several limits in one pool word"));
+        };
+        let p = A::params(q).map_err(|error| SpecError::Config { index: 0, error })?;
+        self.engine::<A>(A::to_words(&p))
+    }
+    fn shaper(self) -> Self::Output {
+        // The max delay is not part of the quota: `Shaping::params` would drop it.
+        let spec = self.spec;
+        let p = crate::shaper::ShaperParams::new(&spec.quotas()[0], spec.max_delay_ns())
+            .map_err(|error| SpecError::Config { index: 0, error })?;
+        self.engine::<Shaping>(Shaping::to_words(&p))
+    }
+    fn log(self) -> Self::Output {
+        Err(self
+            .spec
+            .unsupported("a pool (its writer lock is process memory)"))
+    }
+}
+
+impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> crate::engine::Engine for PoolWord<A> {
+    #[inline]
+    fn run(
+        &self,
+        _stripe: Option<usize>,
+        n: u64,
+        now: u64,
+        consume: bool,
+        _refund_now: &dyn Fn() -> u64,
+    ) -> Result<crate::any::Outcome, InsufficientCapacity> {
+        let Some(word) = self.word() else {
+            return Ok(self.orphaned());
+        };
+        let (s, _) = crate::limiter::apply::<A>(word, || self.params(), now, n, consume)?;
+        Ok(crate::any::Outcome {
+            decision: s.decision,
+            delay_ns: if consume { s.delay_ns } else { 0 },
+        })
+    }
+
+    fn set_spec(&self, _old: &crate::spec::Spec, new: &crate::spec::Spec) -> Result<(), SpecError> {
+        self.member
+            .set_quota(&new.quotas()[0])
+            .map_err(|error| SpecError::Config { index: 0, error })
+    }
+
+    fn reset(&self) -> Result<(), &'static str> {
+        let word = self
+            .word()
+            .ok_or("a reset of a limit no longer in its pool")?;
+        word.store(0, order::STORE);
+        Ok(())
+    }
+
+    fn can_refund(&self) -> bool {
+        true
+    }
+
+    fn charge(
+        &self,
+        n: u64,
+        now: u64,
+        taken: &mut [(u64, u64); crate::spec::Spec::MAX_LIMITS],
+    ) -> Result<(crate::any::Outcome, usize), InsufficientCapacity> {
+        let Some(word) = self.word() else {
+            return Ok((self.orphaned(), 0));
+        };
+        let (s, prev) = crate::limiter::apply::<A>(word, || self.params(), now, n, true)?;
+        let next = s.next.unwrap_or(prev);
+        taken[0] = (prev, next);
+        let charged = s.decision.allowed && n > 0 && next != prev;
+        let o = crate::any::Outcome {
+            decision: s.decision,
+            delay_ns: if s.decision.allowed { s.delay_ns } else { 0 },
+        };
+        Ok((o, usize::from(charged)))
+    }
+
+    fn give_back(&self, n: u64, taken: &[(u64, u64)], now: u64) {
+        if let (Some(word), Some(&t)) = (self.word(), taken.first()) {
+            crate::limiter::give_back_cell::<A, _>(
+                word,
+                word.load(order::LOAD),
+                || self.params(),
+                n,
+                t,
+                || now,
+            );
         }
     }
 }
