@@ -58,3 +58,56 @@ fn a_region_that_cannot_be_used_names_the_field() {
     let err = Policy::from_toml("[shared]\npath = \"\"\n").unwrap_err();
     assert_eq!(err.diagnostics()[0].field.as_deref(), Some("shared.path"));
 }
+
+/// A region's registry is fixed at creation (`Options::limits`) and its
+/// entries are never freed (another process may use any of them). A reload
+/// whose new limits no longer fit is a clear error, and the old rules keep
+/// running with their state; unchanged rules take no new entry.
+#[test]
+fn a_reload_that_no_longer_fits_the_region_keeps_the_old_rules() {
+    let path = region("full");
+    // Room for 4 limits.
+    let options = sluicegate_shm::Options::default().memory(1 << 20).limits(4);
+    let r = sluicegate_shm::Region::open(&path, &options).unwrap();
+    let policy = |text: &str| {
+        Policy::builder()
+            .pool(r.pool().clone())
+            .from_toml(text)
+            .unwrap()
+    };
+    let rule = |name: &str, limit: &str| {
+        format!("[[rule]]\nname = \"{name}\"\nlimit = \"{limit}\"\nkey = [\"ip\"]\n")
+    };
+    let req = [("ip", "192.0.2.1")];
+    let p = policy(&rule("a", "3/hour"));
+    assert!(p.check_n_at(&req, 3, 0).allowed());
+    // Unchanged: the same entry. A second rule: the second entry.
+    p.reload_from_toml(&rule("a", "3/hour")).unwrap();
+    let two = format!("{}{}", rule("a", "3/hour"), rule("b", "5/hour"));
+    p.reload_from_toml(&two).unwrap();
+    assert_eq!(r.pool().limits(), 2);
+    // Two more fit; a fifth does not.
+    let more = format!(
+        "{}{}{}",
+        rule("c", "6/hour"),
+        rule("d", "7/hour"),
+        rule("e", "8/hour")
+    );
+    let four = format!("{two}{more}");
+    let err = p.reload_from_toml(&four).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("rule `e`") && text.contains("holds 4 limits already"),
+        "{text}"
+    );
+    assert!(p.last_error().is_some());
+    // The old rules run on, with their state: a's 3 units are spent.
+    assert!(!p.check_n_at(&req, 1, 0).allowed());
+    // A process starting with the rules that no longer fit is refused at start.
+    let fresh = Policy::builder().pool(r.pool().clone()).from_toml(&four);
+    assert!(fresh.is_err());
+    // Another process with the old rules shares them.
+    let q = policy(&two);
+    assert!(!q.check_n_at(&req, 1, 0).allowed());
+    sluicegate_shm::unlink(&path).unwrap();
+}
