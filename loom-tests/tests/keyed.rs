@@ -5,7 +5,7 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
-use sluicegate::keyed::{FullPolicy, Group, Keyed};
+use sluicegate::keyed::{crash, FullPolicy, Group, Keyed};
 use sluicegate::{Gcra, Quota};
 use sluicegate_loom_tests::{shared, spawn_all};
 
@@ -160,4 +160,43 @@ fn an_evicted_key_resumes_its_state_whatever_the_interleaving() {
         assert!(!t.check_at(&2u64, 0).allowed);
         assert!(t.stats().evicted >= 1);
     });
+}
+
+/// A placer killed between any two steps of its placement ([`crash::Point`]:
+/// after evicting a key into the sketch without claiming its slot, with its
+/// claim pending, or validated but not committed) leaves nothing that lifts a
+/// limit or blocks a check, whatever a concurrent check of the evicted key does
+/// meanwhile: the evicted key gets at most its own limit's units, before and
+/// after; the other key keeps its state; the dead placer's key can be checked
+/// again (its pending claim, if any, withdrawn after a bounded wait).
+#[test]
+fn a_placer_killed_between_any_two_steps_leaves_every_limit_whole() {
+    for point in crash::ALL {
+        loom::model(move || {
+            // Burst 6 per minute. Key 1 spent 1 at 0 (the stalest: 10 s of
+            // debt), key 2 all 6: the table (2 slots) is full. At 1 s key 1 has
+            // 5 units (and a tenth).
+            let t = full_table(Quota::per_minute(6), FullPolicy::EvictStalest, [1, 6]);
+            let now = SEC;
+            let (dying, victim) = (t.clone(), t.clone());
+            let dying = loom::thread::spawn(move || {
+                crash::stop_at(Some(point));
+                // Evicts key 1 (the stalest), then stops at `point`.
+                let _ = dying.check_n_at(&3u64, 6, now);
+            });
+            let victim = loom::thread::spawn(move || {
+                victim.check_n_at(&1u64, 5, now).is_ok_and(|d| d.allowed)
+            });
+            dying.join().unwrap();
+            let got = victim.join().unwrap();
+            let more = t.check_n_at(&1u64, 1, now).is_ok_and(|d| d.allowed);
+            assert!(!(got && more), "{point:?}: key 1 admitted 6 of its 5");
+            assert!(
+                t.peek_n_at(&2u64, 1, now).is_ok_and(|d| !d.allowed),
+                "{point:?}: key 2 lost its debt"
+            );
+            assert!(t.check_n_at(&3u64, 1, now).is_ok(), "{point:?}");
+            assert!(t.len_at(now) <= 2, "{point:?}");
+        });
+    }
 }

@@ -124,6 +124,9 @@ use slot::committed_state;
 pub use slot::{DROP_SKEW_NS, GROUP_SLOTS, Group, Slot, slots_lock_free};
 use stats::Stats;
 pub use stats::{FullPolicy, KeyedStats};
+#[cfg(loom)]
+#[doc(hidden)]
+pub use table::crash;
 
 /// The default hasher of keyed tables under `std`: foldhash, seeded per table.
 #[cfg(feature = "std")]

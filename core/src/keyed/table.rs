@@ -41,6 +41,15 @@
 //! any placement takes it over once it is stale (about a second old by the
 //! placer's clock).
 //!
+//! The loom model `a_placer_killed_between_any_two_steps_leaves_every_limit_whole`
+//! (loom-tests/tests/keyed.rs) stops a placer for good after step 3's choice
+//! (an eviction folded, nothing claimed), after its claim, and after
+//! validation, while another request checks the evicted key, in every
+//! interleaving: no key gets more than its limit, the other key keeps its
+//! state, and the dead placer's key is checked again (a model that left the
+//! pending claim in place instead of withdrawing it fails: the next check
+//! spins forever).
+//!
 //! A withdrawing CAS that fails (step 4) means the claim moved on — it may have
 //! been committed meanwhile — so the slot is looked at again, never assumed gone.
 
@@ -312,14 +321,26 @@ fn place<A: Algorithm, S: Space<A> + ?Sized>(
                 return Ok(Some((step, start)));
             }
         };
+        #[cfg(loom)]
+        if crash::here(crash::Point::Chosen) {
+            return Ok(Some((step, start)));
+        }
         let pending = pending(fp, now);
         if !slot.cas(prev, pending) {
             continue;
+        }
+        #[cfg(loom)]
+        if crash::here(crash::Point::Claimed) {
+            return Ok(Some((step, start)));
         }
         // 4. validate against every other slot of the key; 5. the sketch again.
         if !validate(probe, slot, pending) || space.start(&p, fp, now) != start {
             slot.cas(pending, 0);
             continue;
+        }
+        #[cfg(loom)]
+        if crash::here(crash::Point::Validated) {
+            return Ok(Some((step, start)));
         }
         // 6. commit.
         if slot.cas(pending, claimed(fp, next)) {
@@ -366,6 +387,46 @@ fn validate(probe: &Probe<'_>, mine: &Slot, ours: u128) -> bool {
         }
     }
     mine.load() == ours
+}
+
+/// The points between a placement's steps where a placer may stop for good
+/// (its process killed there). The loom models (`--cfg loom`) stop one placer
+/// at each point in turn while others check, and check that what it leaves
+/// never lifts a limit and never blocks a later check: the module docs' claim
+/// that a placer dying between any two steps is safe.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod crash {
+    use core::cell::Cell;
+
+    /// A point between two steps of a placement.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Point {
+        /// Step 3 chose a slot (when evicting, after folding its state into the
+        /// sketch) and has not claimed it.
+        Chosen,
+        /// Step 3's claim is in the slot, pending; not validated.
+        Claimed,
+        /// Steps 4 and 5 passed; not committed.
+        Validated,
+    }
+
+    /// Every point.
+    pub const ALL: [Point; 3] = [Point::Chosen, Point::Claimed, Point::Validated];
+
+    loom::thread_local! {
+        static AT: Cell<Option<Point>> = Cell::new(None);
+    }
+
+    /// Makes this model thread's placements stop for good at `point`.
+    pub fn stop_at(point: Option<Point>) {
+        AT.with(|a| a.set(point));
+    }
+
+    /// Whether this thread's placement stops here.
+    pub(super) fn here(point: Point) -> bool {
+        AT.with(|a| a.get() == Some(point))
+    }
 }
 
 /// Where a new key goes.
