@@ -46,5 +46,6 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<redis::PyRedisLimiter>()?;
     m.add_class::<redis::PyRedisKeyedLimiter>()?;
     m.add_function(wrap_pyfunction!(shared::unlink, m)?)?;
+    m.add_function(wrap_pyfunction!(shared::open, m)?)?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use sluicegate_shm::{Error, Options, Region};
 
-use crate::errors;
+use crate::{args, errors};
 
 pyo3::import_exception!(sluicegate._errors, SharedMemoryError);
 
@@ -42,6 +42,47 @@ pub fn region(name: &Path) -> PyResult<Region> {
     let r = Region::open(&path, &Options::default()).map_err(error)?;
     open.insert(path, r.clone());
     Ok(r)
+}
+
+/// Opens (creating it if absent) region `name` with these options and keeps it
+/// for this process: every later `shared=` of that name uses this mapping. A
+/// region that exists with another size is an error naming both; one opened
+/// already by this process with other options likewise.
+#[pyfunction]
+#[pyo3(name = "_shared_open", signature = (name, memory, limits, mode, allow_other_owner))]
+pub fn open(
+    name: PathBuf,
+    memory: Option<&Bound<'_, PyAny>>,
+    limits: Option<&Bound<'_, PyAny>>,
+    mode: &Bound<'_, PyAny>,
+    allow_other_owner: bool,
+) -> PyResult<String> {
+    let memory = memory.map(|m| args::size(m, "memory")).transpose()?;
+    let limits = limits.map(|l| args::size(l, "limits")).transpose()?;
+    let mode = args::uint(mode, "mode")?;
+    if mode > 0o777 {
+        return Err(PyValueError::new_err(format!(
+            "mode {mode:#o}: permission bits only (0o000 to 0o777)"
+        )));
+    }
+    let mut options = Options::default()
+        .mode(mode as u32)
+        .allow_other_owner(allow_other_owner);
+    if let Some(bytes) = memory {
+        options = options.memory(bytes);
+    }
+    if let Some(limits) = limits {
+        options = options.limits(limits);
+    }
+    let path = sluicegate_shm::path_of(&name);
+    let mut open = REGIONS.lock().unwrap_or_else(PoisonError::into_inner);
+    let open = open.get_or_insert_with(HashMap::new);
+    // Opened again (the file's size and parts checked against these options),
+    // even when this process has it: options that do not match are an error.
+    let r = Region::open(&path, &options).map_err(error)?;
+    let shown = r.path().display().to_string();
+    open.insert(path, r);
+    Ok(shown)
 }
 
 /// Removes region `name`; limiters of this process that use it keep their

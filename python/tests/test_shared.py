@@ -94,6 +94,34 @@ def test_unlink_makes_the_next_region_new(region: str) -> None:
     sluicegate.shared.unlink(region)  # absent: not an error
 
 
+def test_open_sets_the_region_up_with_options(region: str) -> None:
+    # Made by a "master" with a group mode and a size of its own...
+    path = sluicegate.shared.open(region, memory=1 << 20, limits=8, mode=0o660)
+    assert path == region
+    assert os.stat(region).st_mode & 0o777 == 0o660
+    # ...and used by every later shared= of the name in this process.
+    t = KeyedLimiter("2/hour", shared=region)
+    assert t.check("k").allowed and t.check("k").allowed and not t.check("k").allowed
+    # Another size is another region: a clear error naming both.
+    with pytest.raises(SharedMemoryError, match="1048576|1 MiB|bytes"):
+        sluicegate.shared.open(region, memory=4 << 20, limits=8)
+    # The same options again: the same region, its state kept.
+    sluicegate.shared.open(region, memory=1 << 20, limits=8)
+    assert not KeyedLimiter("2/hour", shared=region).check("k").allowed
+    other = region + "-options"
+    with pytest.raises(ValueError, match="permission bits"):
+        sluicegate.shared.open(other, mode=0o1777)
+    with pytest.raises(ValueError, match="from 1 to 65,535"):
+        sluicegate.shared.open(other, limits=0)
+    with pytest.raises(ValueError, match="hold no group"):
+        sluicegate.shared.open(other, memory=0)
+    with pytest.raises(ValueError, match="memory must be a whole number"):
+        sluicegate.shared.open(other, memory=-1)
+    with pytest.raises(ValueError, match="mode must be a whole number"):
+        sluicegate.shared.open(other, mode=-1)
+    assert not os.path.exists(other)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -158,12 +186,17 @@ def _serve_and_count(cmd: list[str], app_dir: pathlib.Path, port: int) -> tuple[
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="pre-fork servers on Linux")
-def test_gunicorn_four_workers_admit_ten_of_two_hundred(region: str, tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("preload", [False, True], ids=["fork-then-open", "preload"])
+def test_gunicorn_four_workers_admit_ten_of_two_hundred(region: str, tmp_path: pathlib.Path, preload: bool) -> None:
+    """Each worker opens the region, or (``--preload``) the master opens it
+    before forking and the workers inherit the mapping."""
     pytest.importorskip("gunicorn")
     pytest.importorskip("flask")
     (tmp_path / "wsgi_app.py").write_text(f"REGION = {region!r}\n" + WSGI_APP)
     port = _free_port()
     cmd = [sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}", "wsgi_app:app"]
+    if preload:
+        cmd.insert(3, "--preload")
     ok, err = _serve_and_count(cmd, tmp_path, port)
     assert ok == 10, err
     assert "worker processes" not in err  # no multi-worker warning: the state is shared

@@ -129,7 +129,7 @@ impl Options {
     }
 
     /// How many limits (keyed limits and single limiters, one per quota) the
-    /// region can register, at most 65,535.
+    /// region can register, from 1 to 65,535.
     ///
     /// ```
     /// let o = sluicegate_shm::Options::default().limits(64);
@@ -441,9 +441,9 @@ impl Region {
         if !sluicegate::keyed::slots_lock_free() {
             return Err(Error::NotLockFree);
         }
-        if options.limits > 65_535 {
+        if !(1..=65_535).contains(&options.limits) {
             return Err(Error::Options(format!(
-                "{} limits asked for, at most 65,535",
+                "{} limits asked for: from 1 to 65,535",
                 options.limits
             )));
         }

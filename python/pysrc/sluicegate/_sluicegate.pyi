@@ -13,6 +13,7 @@ __all__ = [
     "__version__",
     "_Limiter",
     "_RedisLimiter",
+    "_shared_open",
     "_shared_unlink",
     "Decision",
     "FixedWindow",
@@ -505,4 +506,11 @@ class Policy:
     def rules(self) -> tuple[str, ...]: ...
     def close(self) -> None: ...
 
+def _shared_open(
+    name: str | PathLike[str],
+    memory: int | None,
+    limits: int | None,
+    mode: int,
+    allow_other_owner: bool,
+) -> str: ...
 def _shared_unlink(name: str | PathLike[str]) -> None: ...

@@ -11,9 +11,34 @@ from __future__ import annotations
 
 import os
 
-from ._sluicegate import _shared_unlink
+from ._sluicegate import _shared_open, _shared_unlink
 
-__all__ = ["unlink"]
+__all__ = ["open", "unlink"]
+
+
+def open(  # noqa: A001 - the module's verb, as in os.open
+    name: str | os.PathLike[str],
+    *,
+    memory: int | None = None,
+    limits: int | None = None,
+    mode: int = 0o600,
+    allow_other_owner: bool = False,
+) -> str:
+    """Opens region ``name``, creating it if absent, with these options, and
+    keeps it for this process: every later ``shared=`` of that name uses it.
+    Returns the region's path.
+
+    ``memory`` is the bytes for keys (16 each) and their eviction sketch
+    (16 MiB by default); ``limits`` how many limits it can register (1,024);
+    ``mode`` the file's permission bits when created (``0o660`` lets a group of
+    worker users share it); ``allow_other_owner`` accepts a region another user
+    created (a master running as root that made it for its workers). A region
+    that exists with another size raises ``SharedMemoryError`` naming both.
+
+    Call it where the region should be made, e.g. in gunicorn's master with
+    ``--preload`` or an ``on_starting`` hook, before the workers' ``shared=``.
+    """
+    return _shared_open(name, memory, limits, mode, allow_other_owner)
 
 
 def unlink(name: str | os.PathLike[str]) -> None:
