@@ -514,7 +514,13 @@ impl Policy {
     /// ```
     pub fn peek_n_at<A: Attrs + ?Sized>(&self, attrs: &A, n: u64, now: u64) -> Decision {
         let mut d = Decision::new();
-        crate::check::peek(self.core.current.load_full(), &Direct(attrs), n, now, &mut d);
+        crate::check::peek(
+            self.core.current.load_full(),
+            &Direct(attrs),
+            n,
+            now,
+            &mut d,
+        );
         d
     }
 
