@@ -30,7 +30,7 @@ async function api(method, path, { body, version, contentType } = {}) {
 
 function errorText(r) {
   const errs = (r.data && r.data.errors) || [];
-  return errs.map((e) => (e.field ? e.field + ": " : "") + e.message).join("; ") || ("HTTP " + r.status);
+  return "HTTP " + r.status + (errs.length ? ": " + errs.map((e) => (e.field ? e.field + ": " : "") + e.message).join("; ") : "");
 }
 
 function showError(msg) { $("#error").textContent = msg || ""; }
@@ -155,8 +155,10 @@ function draw(canvas, history) {
   colours.forEach((colour, i) => {
     ctx.strokeStyle = colour;
     ctx.beginPath();
+    // The newest sample at the right edge, one second a step.
+    const offset = HISTORY - history.length;
     history.forEach((rates, x) => {
-      const px = (x / (HISTORY - 1)) * w, py = h - 1 - (rates[i] / max) * (h - 2);
+      const px = ((x + offset) / (HISTORY - 1)) * w, py = h - 1 - (rates[i] / max) * (h - 2);
       if (x === 0) ctx.moveTo(px, py); else ctx.lineTo(px, py);
     });
     ctx.stroke();
