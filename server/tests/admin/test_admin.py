@@ -6,6 +6,7 @@ of its own."""
 import json
 import os
 import shutil
+import signal
 import time
 import urllib.request
 import uuid
@@ -295,3 +296,28 @@ def test_store_outage_keeps_the_rules_and_reports_degraded(admin, rls):
         if os.path.exists(aside):
             shutil.move(aside, path)
         reader.close()
+
+
+def test_token_file_reloads_on_change_and_sighup(admin):
+    path = env("SLUICEGATE_TOKENS_FILE")
+    original = read(path)
+    token = "carol-" + uuid.uuid4().hex
+    try:
+        with open(path, "ab") as f:
+            f.write(f"carol write {token}\n".encode())
+        until(lambda: admin.call("GET", "/admin/v1/domains", token=token)[0] == 200, 3.0, "a token added is accepted")
+        # Removed again, and SIGHUP: refused.
+        with open(path, "wb") as f:
+            f.write(original)
+        os.kill(int(env("SLUICEGATE_PID_A")), signal.SIGHUP)
+        until(lambda: admin.call("GET", "/admin/v1/domains", token=token)[0] == 401, 3.0, "a token removed is refused")
+        # A file that does not parse keeps the tokens in force.
+        with open(path, "wb") as f:
+            f.write(b"carol sudo " + token.encode() + b"\n")
+        os.kill(int(env("SLUICEGATE_PID_A")), signal.SIGHUP)
+        time.sleep(1.5)
+        assert admin.call("GET", "/admin/v1/domains", token="read")[0] == 200
+        assert admin.call("GET", "/admin/v1/domains", token=token)[0] == 401
+    finally:
+        with open(path, "wb") as f:
+            f.write(original)
