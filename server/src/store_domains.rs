@@ -231,6 +231,8 @@ pub(crate) async fn follow_domains(
     let Some(state) = shared.store.clone() else {
         return;
     };
+    // Domains that could not be followed yet: logged once until they are.
+    let mut failing: std::collections::HashSet<String> = Default::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(DOMAIN_POLL) => {}
@@ -251,6 +253,7 @@ pub(crate) async fn follow_domains(
             let built = tokio::task::spawn_blocking(move || s.follow(&n, &pool)).await;
             match built {
                 Ok(Ok(policy)) => {
+                    failing.remove(&name);
                     let domain =
                         Arc::new(crate::toml_domain::TomlDomain::from_store(&name, policy));
                     match shared.add_store_domain(&name, domain) {
@@ -264,7 +267,9 @@ pub(crate) async fn follow_domains(
                     }
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(domain = %name, error = %e, "cannot follow the store's domain yet")
+                    if failing.insert(name.clone()) {
+                        tracing::warn!(domain = %name, error = %e, "cannot follow the store's domain yet; trying again");
+                    }
                 }
                 Err(_) => {}
             }

@@ -17,25 +17,24 @@ use sluicegate_policy::{Diagnostic, Severity};
 /// "line", "column"}]}` (line and column for TOML text; `rule` when a finding
 /// is about another rule of the domain).
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     errors: Vec<Value>,
 }
 
 impl ApiError {
     /// An error of `status` about `field` (if one).
-    pub fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(
+        status: StatusCode,
+        field: Option<&str>,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError {
             status,
             errors: vec![
                 json!({"field": field, "message": message.into(), "line": null, "column": null}),
             ],
         }
-    }
-
-    /// The status.
-    pub fn status(&self) -> StatusCode {
-        self.status
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
@@ -254,12 +253,11 @@ fn fields<T: serde::de::DeserializeOwned>(
                     return Err(ApiError::unprocessable(k, format!("{k}: {e}")));
                 }
             }
-            let field = if whole.to_string().contains("`name`") {
-                "name"
-            } else {
-                ""
-            };
-            Err(ApiError::unprocessable(field, whole.to_string()))
+            Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                None,
+                whole.to_string(),
+            ))
         }
     }
 }

@@ -37,14 +37,23 @@ use crate::rule_set::DomainRules;
 use crate::service::Shared;
 use crate::store_domains::StoreState;
 use crate::tls::TlsFiles;
-pub use json::ApiError;
+use json::ApiError;
 pub use tokens::{Principal, Role, Tokens, MIN_TOKEN_LEN};
 
 /// The largest request body the admin API reads (a rule, a domain's settings,
 /// a whole domain's TOML to validate); larger is 413.
+///
+/// ```
+/// assert_eq!(sluicegate_server::admin::MAX_BODY, 1 << 20);
+/// ```
 pub const MAX_BODY: usize = 1 << 20;
 
-/// Audit entries a page holds when the request does not say.
+/// Audit entries a page holds when the request does not say (`limit=`; at most
+/// the store's `MAX_AUDIT_PAGE`).
+///
+/// ```
+/// assert!(sluicegate_server::admin::DEFAULT_AUDIT_PAGE <= sluicegate_policy::store::MAX_AUDIT_PAGE);
+/// ```
 pub const DEFAULT_AUDIT_PAGE: usize = 100;
 
 /// The admin listener: `--admin`, `--admin-tokens` and its TLS.

@@ -13,9 +13,18 @@ use subtle::ConstantTimeEq;
 
 /// Fewer characters than this is not a token (a guessable one is a default
 /// credential by another name).
+///
+/// ```
+/// assert_eq!(sluicegate_server::admin::MIN_TOKEN_LEN, 16);
+/// ```
 pub const MIN_TOKEN_LEN: usize = 16;
 
 /// What a token may do.
+///
+/// ```
+/// use sluicegate_server::admin::Role;
+/// assert_ne!(Role::Read, Role::Write);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// GET, validate and explain.
@@ -25,6 +34,12 @@ pub enum Role {
 }
 
 /// Who a request comes from: a token's name (what `updated_by` records) and role.
+///
+/// ```
+/// use sluicegate_server::admin::{Principal, Role};
+/// let p = Principal { name: "alice".into(), role: Role::Write };
+/// assert_eq!(p.name, "alice");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     /// The token's name.
@@ -137,6 +152,17 @@ impl Tokens {
     }
 
     /// The principal of `presented`, compared with every token in constant time.
+    ///
+    /// ```
+    /// use sluicegate_server::admin::Tokens;
+    /// let path = std::env::temp_dir().join(format!("sg-tokens-find-{}", std::process::id()));
+    /// std::fs::write(&path, "ci write 0123456789abcdef0123\n")?;
+    /// let tokens = Tokens::load(&path)?;
+    /// assert_eq!(tokens.find("0123456789abcdef0123").unwrap().name, "ci");
+    /// assert!(tokens.find("0123456789abcdef012").is_none()); // a prefix is not the token
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn find(&self, presented: &str) -> Option<Principal> {
         let d = digest(presented.as_bytes());
         let tokens = self.tokens.load();
