@@ -164,6 +164,11 @@ impl StoreState {
                 }
             }
             Err(e) => {
+                // A handle whose connection is gone is opened anew next time
+                // (the admin API's calls take the new one too).
+                if let StoreError::Unavailable { .. } = e {
+                    *self.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                }
                 if self.list_up.swap(false, Ordering::Relaxed) {
                     tracing::warn!(error = %e, "rule store unreachable; the rules in force are kept");
                 }
