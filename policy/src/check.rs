@@ -397,3 +397,53 @@ async fn decide_with<L: Lookup + ?Sized>(
     out.allowed = !denied;
     out.snapshot = Some(snap);
 }
+
+/// What a check of `n` units would answer now, changing nothing: every
+/// matching rule is peeked (nothing charged, no rule's counters bumped but a
+/// shared backend's failure, which is counted as any failure is), shadow rules
+/// included, in file order. `wait`: as in [`decide_with`].
+pub(crate) async fn peek_with<L: Lookup + ?Sized>(
+    snap: Arc<Compiled>,
+    lookup: &L,
+    (n, now): (u64, u64),
+    wait: bool,
+    out: &mut Decision,
+) {
+    out.items.clear();
+    out.allowed = false;
+    let mut hits = Vec::new();
+    let mut receipt = Receipt::empty();
+    let mut allowed = true;
+    {
+        let (cx, candidates) = context(&snap, lookup, (n, now), wait, &mut hits);
+        for i in candidates {
+            let rule = &snap.rules[i];
+            if !cx.matches(rule) {
+                continue;
+            }
+            let (outcome, backend_error) = cx.run(rule, false, &mut receipt).await;
+            allowed &= !rule.enforce || outcome.decision.allowed;
+            out.items.push(Item {
+                rule: i as u32,
+                outcome,
+                backend_error,
+                stage: Stage::Peeked,
+            });
+        }
+    }
+    out.allowed = allowed;
+    out.snapshot = Some(snap);
+}
+
+/// [`peek_with`] on this thread (a shared backend called, not awaited).
+pub(crate) fn peek<L: Lookup + ?Sized>(
+    snap: Arc<Compiled>,
+    lookup: &L,
+    n: u64,
+    now: u64,
+    out: &mut Decision,
+) {
+    let mut check = pin!(peek_with(snap, lookup, (n, now), false, out));
+    let mut cx = Context::from_waker(Waker::noop());
+    while check.as_mut().poll(&mut cx).is_pending() {}
+}

@@ -488,6 +488,63 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// What a check of `n` units for `attrs` would answer at `now`, changing
+    /// nothing: every matching rule (shadow ones too) is peeked, so nothing is
+    /// charged and no rule's allowed/denied counters move. Each
+    /// [`crate::RuleDecision`] gives the rule's key
+    /// ([`crate::RuleDecision::key_text`]), whether it would admit, and its
+    /// `remaining` after the `n` units it would take (`n = 0`: what is left
+    /// now); [`Decision::allowed`] says whether every enforcing rule would
+    /// admit. What an admin's "explain this request" shows.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = \"2/minute\"\n")?;
+    /// let req = [("ip", "192.0.2.1")];
+    /// p.check_n_at(&req, 1, 0);
+    /// let d = p.peek_n_at(&req, 0, 0);
+    /// let r = d.rules().next().unwrap();
+    /// assert_eq!((r.name, r.remaining, r.key_text(&req)), ("a", 1, "192.0.2.1".to_owned()));
+    /// assert!(p.peek_n_at(&req, 1, 0).allowed()); // one more would pass,
+    /// assert!(!p.peek_n_at(&req, 2, 0).allowed()); // two would not,
+    /// assert_eq!(p.peek_n_at(&req, 0, 0).rules().next().unwrap().remaining, 1); // and still 1 left
+    /// assert_eq!(p.metrics_at(0)[0].allowed, 1); // the peeks were not counted
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn peek_n_at<A: Attrs + ?Sized>(&self, attrs: &A, n: u64, now: u64) -> Decision {
+        let mut d = Decision::new();
+        crate::check::peek(
+            self.core.current.load_full(),
+            &Direct(attrs),
+            n,
+            now,
+            &mut d,
+        );
+        d
+    }
+
+    /// [`Self::peek_n_at`] now (the policy's clock), awaiting rules on a shared
+    /// backend instead of blocking the thread.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/minute\"\nmode = \"shadow\"\n")?;
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// let d = rt.block_on(p.peek_n_async(&[("path", "/")], 1));
+    /// assert!(d.allowed() && d.rules().next().unwrap().allowed);
+    /// assert_eq!(p.metrics_at(0)[0].allowed, 0);
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub async fn peek_n_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
+        let mut d = Decision::new();
+        let now = self.core.clock.now();
+        let snap = self.core.current.load_full();
+        crate::check::peek_with(snap, &Direct(attrs), (n, now), true, &mut d).await;
+        d
+    }
+}
+
 /// Decides on this thread (a shared backend's check, if any, called and waited
 /// for).
 fn decide_here<A: Attrs + ?Sized>(

@@ -246,7 +246,7 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
         }
     }
     let config = sluicegate_server::Config {
-        config_path: dir.clone(),
+        config_path: Some(dir.clone()),
         grpc: "127.0.0.1:0".parse()?,
         http: "127.0.0.1:0".parse()?,
         reload_interval: Duration::ZERO,
@@ -256,6 +256,7 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
             max_hits_addend: 1_000_000,
             response_headers: false,
         },
+        ..Default::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.server_threads)

@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use sluicegate_policy::PolicyDef;
 
+use crate::admin::AdminConfig;
 use crate::rule_set::{RuleSet, Source, TableSettings};
 use crate::service::ServiceSettings;
+use crate::store_domains::StoreConfig;
+use crate::tls::TlsFiles;
 use crate::yaml::DescriptorTree;
 
 /// A problem in a configuration file; `Display` names the file and, where known,
@@ -76,24 +79,21 @@ impl std::error::Error for ConfigError {}
 ///
 /// ```
 /// use std::time::Duration;
-/// use sluicegate_server::{Config, ServiceSettings};
+/// use sluicegate_server::{Config, StoreConfig};
 /// let config = Config {
-///     config_path: "ratelimit/".into(),
-///     grpc: "127.0.0.1:8081".parse()?,
-///     http: "127.0.0.1:8080".parse()?,
-///     reload_interval: Duration::from_secs(1),
-///     keys_per_limit: 131_072,
-///     state_memory: 64 << 20,
-///     service: ServiceSettings { max_hits_addend: 1_000_000_000, response_headers: false },
+///     config_path: Some("ratelimit/".into()),
+///     store: Some(StoreConfig { url: "sqlite:/var/lib/sluicegate/rules.db".into(), snapshot: None }),
+///     ..Config::default()
 /// };
 /// assert_eq!(config.grpc.port(), 8081);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// assert_eq!(config.reload_interval, Duration::from_secs(1));
 /// ```
 #[derive(Debug, Clone)]
 pub struct Config {
     /// A config file, or a directory of them (one domain each): envoyproxy/ratelimit
-    /// YAML (`*.yaml`, `*.yml`) or a TOML policy (`<domain>.toml`).
-    pub config_path: PathBuf,
+    /// YAML (`*.yaml`, `*.yml`) or a TOML policy (`<domain>.toml`). Optional
+    /// when `store` is set.
+    pub config_path: Option<PathBuf>,
     /// Where the gRPC services listen.
     pub grpc: SocketAddr,
     /// Where `/metrics` and `/healthz` listen.
@@ -106,6 +106,36 @@ pub struct Config {
     pub state_memory: usize,
     /// Service behaviour (hits bound, response headers).
     pub service: ServiceSettings,
+    /// A rule store whose every domain is served (`--store`).
+    pub store: Option<StoreConfig>,
+    /// The admin API and page (`--admin`; needs `store`).
+    pub admin: Option<AdminConfig>,
+    /// TLS on the gRPC listener.
+    pub grpc_tls: Option<TlsFiles>,
+    /// TLS on the HTTP listener (`/metrics`, `/healthz`).
+    pub http_tls: Option<TlsFiles>,
+}
+
+impl Default for Config {
+    /// The flags' defaults: no config, no store, no admin, loopback ports.
+    fn default() -> Config {
+        Config {
+            config_path: None,
+            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            reload_interval: Duration::from_secs(1),
+            keys_per_limit: 131_072,
+            state_memory: 64 << 20,
+            service: ServiceSettings {
+                max_hits_addend: 1_000_000_000,
+                response_headers: false,
+            },
+            store: None,
+            admin: None,
+            grpc_tls: None,
+            http_tls: None,
+        }
+    }
 }
 
 /// The config files under `path` with their text: the file itself, or the

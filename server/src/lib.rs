@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod admin;
 mod config;
 mod limit;
 mod metrics;
@@ -27,12 +28,17 @@ mod overrides;
 mod rule_set;
 mod serve;
 mod service;
+mod store_domains;
+mod tls;
 mod toml_domain;
 mod yaml;
 mod yaml_domain;
 
+pub use admin::AdminConfig;
 pub use config::{build_rules, read_sources, Config, ConfigError};
 pub use rule_set::{RuleSet, TableSettings};
 pub use serve::{shutdown_signal, BindError, Bound, SERVICE_NAME};
 pub use service::ServiceSettings;
+pub use store_domains::StoreConfig;
+pub use tls::TlsFiles;
 pub use yaml::{unit_seconds, DescriptorTree, LimitDef, LimitKind};

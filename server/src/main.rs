@@ -8,16 +8,61 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use sluicegate_server::{BindError, Bound, Config, ServiceSettings};
+use sluicegate_server::{
+    AdminConfig, BindError, Bound, Config, ServiceSettings, StoreConfig, TlsFiles,
+};
 
 /// An Envoy rate limit service (RLS v3 gRPC) on sluicegate limiters.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
     /// A config file or a directory of them, one domain each: envoyproxy/ratelimit
-    /// YAML (*.yaml, *.yml) or a TOML policy (<domain>.toml).
-    #[arg(long, env = "SLUICEGATE_CONFIG")]
-    config: PathBuf,
+    /// YAML (*.yaml, *.yml) or a TOML policy (<domain>.toml). Optional with --store.
+    #[arg(long, env = "SLUICEGATE_CONFIG", required_unless_present = "store")]
+    config: Option<PathBuf>,
+    /// A rule store (sqlite:PATH) whose every domain is served like a TOML
+    /// domain of that name, following its changes within a second.
+    #[arg(long, env = "SLUICEGATE_STORE")]
+    store: Option<String>,
+    /// A directory each store domain is written to after every good load
+    /// (<domain>.json), read at start when the store cannot be reached.
+    #[arg(long, env = "SLUICEGATE_STORE_SNAPSHOT", requires = "store")]
+    store_snapshot: Option<PathBuf>,
+    /// The admin API and page (needs --store and --admin-tokens): ADDR:PORT,
+    /// or PORT alone for 127.0.0.1:PORT.
+    #[arg(long, env = "SLUICEGATE_ADMIN", value_parser = parse_admin_addr)]
+    admin: Option<SocketAddr>,
+    /// The admin tokens: one `<name> <read|write> <token>` per line, `#`
+    /// comments. Reloaded on change or SIGHUP.
+    #[arg(long, env = "SLUICEGATE_ADMIN_TOKENS")]
+    admin_tokens: Option<PathBuf>,
+    /// TLS certificate chain (PEM) of the gRPC listener.
+    #[arg(long, env = "SLUICEGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "SLUICEGATE_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    grpc_tls_key: Option<PathBuf>,
+    /// A CA (PEM) the gRPC clients' certificates must chain to (mTLS).
+    #[arg(long, env = "SLUICEGATE_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
+    grpc_client_ca: Option<PathBuf>,
+    /// TLS certificate chain (PEM) of the admin listener.
+    #[arg(long, env = "SLUICEGATE_ADMIN_TLS_CERT", requires = "admin_tls_key")]
+    admin_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "SLUICEGATE_ADMIN_TLS_KEY", requires = "admin_tls_cert")]
+    admin_tls_key: Option<PathBuf>,
+    /// A CA (PEM) the admin clients' certificates must chain to (mTLS).
+    #[arg(long, env = "SLUICEGATE_ADMIN_CLIENT_CA", requires = "admin_tls_cert")]
+    admin_client_ca: Option<PathBuf>,
+    /// TLS certificate chain (PEM) of the HTTP listener (/metrics, /healthz).
+    #[arg(long, env = "SLUICEGATE_HTTP_TLS_CERT", requires = "http_tls_key")]
+    http_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "SLUICEGATE_HTTP_TLS_KEY", requires = "http_tls_cert")]
+    http_tls_key: Option<PathBuf>,
+    /// A CA (PEM) the HTTP clients' certificates must chain to (mTLS).
+    #[arg(long, env = "SLUICEGATE_HTTP_CLIENT_CA", requires = "http_tls_cert")]
+    http_client_ca: Option<PathBuf>,
     /// Address of the gRPC listener (RateLimitService and grpc.health.v1).
     #[arg(long, env = "SLUICEGATE_GRPC", default_value = "127.0.0.1:8081")]
     grpc: SocketAddr,
@@ -49,6 +94,29 @@ struct Args {
     response_headers: bool,
 }
 
+/// `--admin`: ADDR:PORT, or a port alone on the loopback interface (an admin
+/// port is never exposed by default).
+fn parse_admin_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("`{s}` is neither ADDR:PORT nor a port"))
+}
+
+/// A listener's TLS files, if its certificate was given.
+fn tls(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> Option<TlsFiles> {
+    Some(TlsFiles {
+        cert: cert?,
+        key: key?,
+        client_ca,
+    })
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
@@ -62,8 +130,31 @@ fn main() -> ExitCode {
         eprintln!("error: --reload-interval must be a finite, non-negative number of seconds");
         return ExitCode::from(2);
     };
+    let admin = match (args.admin, args.admin_tokens) {
+        (Some(addr), Some(tokens)) => Some(AdminConfig {
+            addr,
+            tokens,
+            tls: tls(
+                args.admin_tls_cert,
+                args.admin_tls_key,
+                args.admin_client_ca,
+            ),
+        }),
+        (Some(_), None) => {
+            eprintln!("error: --admin needs --admin-tokens PATH (SLUICEGATE_ADMIN_TOKENS): there are no default credentials, so without a token file the admin listener does not start");
+            return ExitCode::from(2);
+        }
+        (None, _) => None,
+    };
     let config = Config {
         config_path: args.config,
+        store: args.store.map(|url| StoreConfig {
+            url,
+            snapshot: args.store_snapshot,
+        }),
+        admin,
+        grpc_tls: tls(args.grpc_tls_cert, args.grpc_tls_key, args.grpc_client_ca),
+        http_tls: tls(args.http_tls_cert, args.http_tls_key, args.http_client_ca),
         grpc: args.grpc,
         http: args.http,
         reload_interval,

@@ -89,6 +89,11 @@ impl RuleMetrics {
         }
     }
 
+    /// The totals: allowed, denied, shadow-denied.
+    pub fn totals(&self) -> [u64; 3] {
+        self.hits.values().map(|(_, n)| n)
+    }
+
     /// The total of one result.
     #[cfg(test)]
     pub fn count(&self, result: HitResult) -> u64 {
@@ -217,6 +222,22 @@ impl ServerMetrics {
             );
         }
     }
+}
+
+/// The rule store's series: whether it answers, polls that failed, domains served.
+pub fn render_store(out: &mut String, up: bool, errors: u64, domains: usize) {
+    let _ = writeln!(out, "# HELP sluicegate_server_store_up 1 while the rule store (--store) answers this server's polls; 0 while it cannot be reached (the rules in force are kept, /healthz says degraded).");
+    let _ = writeln!(out, "# TYPE sluicegate_server_store_up gauge");
+    let _ = writeln!(out, "sluicegate_server_store_up {}", u8::from(up));
+    let _ = writeln!(out, "# HELP sluicegate_server_store_errors_total Polls of the rule store's domain list that could not reach it.");
+    let _ = writeln!(out, "# TYPE sluicegate_server_store_errors_total counter");
+    let _ = writeln!(out, "sluicegate_server_store_errors_total {errors}");
+    let _ = writeln!(
+        out,
+        "# HELP sluicegate_server_store_domains Domains of the rule store this server serves."
+    );
+    let _ = writeln!(out, "# TYPE sluicegate_server_store_domains gauge");
+    let _ = writeln!(out, "sluicegate_server_store_domains {domains}");
 }
 
 /// Counts one event in `yes` when `flag` holds, else in `no`.

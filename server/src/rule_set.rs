@@ -60,11 +60,15 @@ pub enum Outcome<'a> {
 /// values of a full table).
 pub type MetricRow = (String, bool, Arc<RuleMetrics>, TableCounts);
 
-/// One domain: a YAML descriptor tree with its limits, or a TOML policy.
-#[derive(Debug)]
-enum DomainRules {
-    Yaml(YamlDomain),
-    Toml(TomlDomain),
+/// One domain: a YAML descriptor tree with its limits, a TOML policy, or a
+/// domain of the rule store (a TOML policy following the store). Shared by
+/// reference, so a new rule set (a reload, a domain added to the store) keeps
+/// the domains it does not rebuild as they are.
+#[derive(Debug, Clone)]
+pub(crate) enum DomainRules {
+    Yaml(Arc<YamlDomain>),
+    Toml(Arc<TomlDomain>),
+    Store(Arc<TomlDomain>),
 }
 
 /// The configuration in force: every domain and its limits.
@@ -79,6 +83,9 @@ enum DomainRules {
 #[derive(Debug, Default)]
 pub struct RuleSet {
     domains: HashMap<String, DomainRules>,
+    /// Where the file domains come from (for an error naming a domain defined
+    /// twice).
+    files: HashMap<String, String>,
 }
 
 /// Settings that shape the limiters' state: every domain's keyed limits keep
@@ -173,29 +180,92 @@ impl RuleSet {
         let mut out = RuleSet::default();
         for (tree, def) in plans {
             let prev = old.and_then(|o| match o.domains.get(&tree.name) {
-                Some(DomainRules::Yaml(y)) => Some(y),
+                Some(DomainRules::Yaml(y)) => Some(&**y),
                 _ => None,
             });
             let name = tree.name.clone();
             let domain = YamlDomain::build(tree, def, prev, &settings.pool)?;
-            out.domains.insert(name, DomainRules::Yaml(domain));
+            out.domains
+                .insert(name, DomainRules::Yaml(Arc::new(domain)));
         }
         for (file, domain, text, def) in tomls {
             let prev = old.and_then(|o| match o.domains.get(&domain) {
-                Some(DomainRules::Toml(t)) => Some(t),
+                Some(DomainRules::Toml(t)) => Some(&**t),
                 _ => None,
             });
             let built = TomlDomain::build(&file, &domain, &text, def, prev, &settings.pool)?;
-            out.domains.insert(domain, DomainRules::Toml(built));
+            out.files.insert(domain.clone(), file);
+            out.domains
+                .insert(domain, DomainRules::Toml(Arc::new(built)));
+        }
+        // The store's domains stay as they are; one the files define too is an
+        // error naming both.
+        if let Some(old) = old {
+            for (name, rules) in &old.domains {
+                if let DomainRules::Store(_) = rules {
+                    out.add_store_domain(name, rules.clone())?;
+                }
+            }
         }
         Ok(out)
+    }
+
+    /// Serves `rules` (a store domain) as `name`, unless a config file defines
+    /// that domain: then the error names both.
+    pub(crate) fn add_store_domain(
+        &mut self,
+        name: &str,
+        rules: DomainRules,
+    ) -> Result<(), ConfigError> {
+        if let Some(file) = self.files.get(name) {
+            let msg = format!(
+                "domain '{name}' is defined both in this config file and in the rule store (--store): serve it from one"
+            );
+            return Err(ConfigError::new(file.clone(), msg));
+        }
+        if let Some(DomainRules::Yaml(_)) = self.domains.get(name) {
+            let msg = format!(
+                "domain '{name}' is defined both in the YAML config and in the rule store (--store): serve it from one"
+            );
+            return Err(ConfigError::new("--config", msg));
+        }
+        self.domains.insert(name.to_owned(), rules);
+        Ok(())
+    }
+
+    /// A copy of this set (the domains shared) with the store domain `name`
+    /// added; see [`Self::add_store_domain`].
+    pub(crate) fn with_store_domain(
+        &self,
+        name: &str,
+        domain: Arc<TomlDomain>,
+    ) -> Result<RuleSet, ConfigError> {
+        let mut out = RuleSet {
+            domains: self.domains.clone(),
+            files: self.files.clone(),
+        };
+        out.add_store_domain(name, DomainRules::Store(domain))?;
+        Ok(out)
+    }
+
+    /// The domain `name`, if served.
+    pub(crate) fn domain(&self, name: &str) -> Option<&DomainRules> {
+        self.domains.get(name)
+    }
+
+    /// The store domains served, by name.
+    pub(crate) fn store_domains(&self) -> impl Iterator<Item = (&str, &Arc<TomlDomain>)> {
+        self.domains.iter().filter_map(|(n, d)| match d {
+            DomainRules::Store(t) => Some((n.as_str(), t)),
+            _ => None,
+        })
     }
 
     #[cfg(test)]
     fn yaml_rule(&self, domain: &str, full_key: &str) -> Option<&Limit> {
         match self.domains.get(domain)? {
             DomainRules::Yaml(y) => y.limit(full_key),
-            DomainRules::Toml(_) => None,
+            DomainRules::Toml(_) | DomainRules::Store(_) => None,
         }
     }
 
@@ -227,7 +297,7 @@ impl RuleSet {
         let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
         let yaml = match self.domains.get(domain)? {
             DomainRules::Yaml(y) => y,
-            DomainRules::Toml(t) => {
+            DomainRules::Toml(t) | DomainRules::Store(t) => {
                 let mut out = Vec::with_capacity(descriptors.len());
                 for (i, (d, &n)) in descriptors.iter().zip(hits).enumerate() {
                     out.push(if skipped(i) {
@@ -279,7 +349,7 @@ impl RuleSet {
         for rules in self.domains.values() {
             match rules {
                 DomainRules::Yaml(y) => rows.extend(y.metric_rows(now_ns)),
-                DomainRules::Toml(t) => rows.extend(t.metric_rows(now_ns)),
+                DomainRules::Toml(t) | DomainRules::Store(t) => rows.extend(t.metric_rows(now_ns)),
             }
         }
         rows.sort_by(|a, b| a.0.cmp(&b.0));

@@ -2,7 +2,8 @@
 //! decisions through the [`RuleSet`] in force, the response and its optional
 //! `RateLimit` / `RateLimit-Policy` headers.
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -15,10 +16,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
 
+use crate::config::ConfigError;
 use crate::metrics::ServerMetrics;
 use crate::overrides::Overrides;
 use crate::rule_set::TableSettings;
 use crate::rule_set::{Outcome, RuleSet};
+use crate::store_domains::{StoreHealth, StoreState};
+use crate::toml_domain::TomlDomain;
 
 /// Descriptors one request may carry: more is refused as malformed (Envoy sends a
 /// handful; a bound keeps one request's work bounded).
@@ -51,6 +55,13 @@ pub struct Shared {
     /// The pool and bound every rule build and reload uses.
     pub tables: TableSettings,
     overrides: Overrides,
+    /// The rule store (`--store`), if any.
+    pub(crate) store: Option<Arc<StoreState>>,
+    /// Held by whoever builds a new rule set from the one in force (a config
+    /// reload, a store domain added), so that neither loses the other's change.
+    update: Mutex<()>,
+    /// Store domains not served (a config file defines them): not tried again.
+    refused: Mutex<HashSet<String>>,
 }
 
 impl Shared {
@@ -63,7 +74,58 @@ impl Shared {
             settings,
             overrides: Overrides::new(tables.clone()),
             tables,
+            store: None,
+            update: Mutex::new(()),
+            refused: Mutex::default(),
         }
+    }
+
+    /// With the rule store `store`.
+    pub(crate) fn with_store(mut self, store: Option<Arc<StoreState>>) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Builds the next rule set from the one in force with `f` and puts it in
+    /// force (nothing changes if `f` fails), one update at a time.
+    pub(crate) fn update<E>(
+        &self,
+        f: impl FnOnce(&RuleSet) -> Result<RuleSet, E>,
+    ) -> Result<(), E> {
+        let _one = self.update.lock().unwrap_or_else(|p| p.into_inner());
+        let next = f(&self.rules())?;
+        self.replace(next);
+        Ok(())
+    }
+
+    /// Serves the store's domain `name`.
+    pub(crate) fn add_store_domain(
+        &self,
+        name: &str,
+        domain: Arc<TomlDomain>,
+    ) -> Result<(), ConfigError> {
+        self.update(|rules| rules.with_store_domain(name, domain))
+    }
+
+    /// Whether the store's domain `name` was refused (a file defines it).
+    pub(crate) fn refused(&self, name: &str) -> bool {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(name)
+    }
+
+    /// Notes that the store's domain `name` is not served.
+    pub(crate) fn refuse(&self, name: &str) {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned());
+    }
+
+    /// The store's health (`None`: no store).
+    pub(crate) fn store_health(&self) -> Option<StoreHealth> {
+        Some(self.store.as_ref()?.health(&self.rules()))
     }
 
     /// The rules in force (a snapshot: a reload does not change it under a request).
@@ -80,6 +142,14 @@ impl Shared {
     pub fn render_metrics(&self) -> String {
         let mut out = String::new();
         self.metrics.render(&mut out);
+        if let Some(h) = self.store_health() {
+            crate::metrics::render_store(
+                &mut out,
+                h.up,
+                h.errors,
+                self.rules().store_domains().count(),
+            );
+        }
         crate::metrics::render_rule_header(&mut out);
         let now_ns = unix_now_ns();
         let rows = self.rules().metric_rows(now_ns);

@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use sluicegate_policy::redis::RedisFactory;
@@ -46,13 +48,27 @@ fn unit_of(window_ns: u64) -> Unit {
     .unwrap_or(Unit::Unknown)
 }
 
-/// One TOML-configured domain.
+/// One TOML-configured domain (a file, or a domain of the rule store).
 #[derive(Debug)]
 pub struct TomlDomain {
     domain: String,
     policy: Arc<Policy>,
     text: String,
-    metrics: HashMap<String, Arc<RuleMetrics>>,
+    /// Each rule's counters by name. A store domain's policy reloads on its
+    /// own (its follower), so a rule new to it gets its counters on its first
+    /// decision: the map is swapped whole then, never locked on the way.
+    metrics: ArcSwap<HashMap<String, Arc<RuleMetrics>>>,
+}
+
+/// One rule's cumulative hits, as the admin page's stats show them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleHits {
+    /// The rule's name.
+    pub name: String,
+    /// Shadow mode.
+    pub shadow: bool,
+    /// Hits (hits_addend units) allowed, denied, shadow-denied.
+    pub counts: [u64; 3],
 }
 
 impl TomlDomain {
@@ -91,7 +107,7 @@ impl TomlDomain {
             .iter()
             .map(|r| {
                 let m = prev
-                    .and_then(|p| p.metrics.get(r.name()).cloned())
+                    .and_then(|p| p.metrics.load().get(r.name()).cloned())
                     .unwrap_or_default();
                 (r.name().to_owned(), m)
             })
@@ -100,8 +116,52 @@ impl TomlDomain {
             domain: domain.to_owned(),
             policy,
             text: text.to_owned(),
-            metrics,
+            metrics: ArcSwap::from_pointee(metrics),
         })
+    }
+
+    /// A domain of the rule store: `policy` follows it on its own.
+    pub fn from_store(domain: &str, policy: Policy) -> TomlDomain {
+        TomlDomain {
+            domain: domain.to_owned(),
+            policy: Arc::new(policy),
+            text: String::new(),
+            metrics: ArcSwap::default(),
+        }
+    }
+
+    /// The policy deciding this domain.
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// The counters of rule `name`, made on first use.
+    fn metrics_of(&self, name: &str) -> Arc<RuleMetrics> {
+        if let Some(m) = self.metrics.load().get(name) {
+            return m.clone();
+        }
+        let mut made = None;
+        self.metrics.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            let m = map.entry(name.to_owned()).or_default().clone();
+            made = Some(m);
+            map
+        });
+        made.unwrap_or_default()
+    }
+
+    /// Every rule in force with its cumulative hits, in the policy's order.
+    pub fn hits(&self) -> Vec<RuleHits> {
+        self.policy
+            .definition()
+            .rules()
+            .iter()
+            .map(|r| RuleHits {
+                name: r.name().to_owned(),
+                shadow: is_shadow(r.mode()),
+                counts: self.metrics_of(r.name()).totals(),
+            })
+            .collect()
     }
 
     /// Decides one descriptor, awaiting its rules on Redis
@@ -126,8 +186,12 @@ impl TomlDomain {
                 (false, Mode::Enforce) => Some(HitResult::Denied),
                 (false, Mode::Shadow) => Some(HitResult::ShadowDenied),
             };
-            if let (Some(result), Some(m)) = (result, self.metrics.get(r.name)) {
-                m.record(result, hits, String::new);
+            if let Some(result) = result {
+                let map = self.metrics.load();
+                match map.get(r.name) {
+                    Some(m) => m.record(result, hits, String::new),
+                    None => self.metrics_of(r.name).record(result, hits, String::new),
+                }
             }
             // Report the first denying enforcing rule, else the one closest to its limit.
             let rank = (r.mode == Mode::Shadow, r.allowed, r.remaining);
@@ -159,19 +223,19 @@ impl TomlDomain {
             .definition()
             .rules()
             .iter()
-            .filter_map(|r| {
-                let m = self.metrics.get(r.name())?.clone();
+            .map(|r| {
+                let m = self.metrics_of(r.name());
                 let counts = stats
                     .iter()
                     .find(|s| s.name == r.name())
                     .map(TableCounts::from)
                     .unwrap_or_default();
-                Some((
+                (
                     format!("{}.{}", self.domain, r.name()),
                     is_shadow(r.mode()),
                     m,
                     counts,
-                ))
+                )
             })
             .collect()
     }

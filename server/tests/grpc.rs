@@ -67,7 +67,7 @@ impl Running {
             std::fs::write(dir.join(file), text).unwrap();
         }
         let config = Config {
-            config_path: dir.clone(),
+            config_path: Some(dir.clone()),
             grpc: "127.0.0.1:0".parse().unwrap(),
             http: "127.0.0.1:0".parse().unwrap(),
             reload_interval: Duration::from_millis(100),
@@ -77,6 +77,7 @@ impl Running {
                 max_hits_addend: 1_000_000,
                 response_headers: true,
             },
+            ..Default::default()
         };
         let bound = Bound::bind(config).await.unwrap();
         let (grpc, http) = (bound.grpc_addr().unwrap(), bound.http_addr().unwrap());
@@ -295,7 +296,9 @@ async fn health_serving_then_graceful_stop() {
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), tonic::Code::NotFound);
-    assert!(http_get(srv.http, "/healthz").await.ends_with("ok\n"));
+    assert!(http_get(srv.http, "/healthz")
+        .await
+        .ends_with("{\"status\":\"ok\"}\n"));
     let (grpc, http) = (srv.grpc, srv.http);
     srv.stop().await;
     // Both ports are closed once serve() has returned.
@@ -376,7 +379,7 @@ async fn invalid_config_binds_nothing() {
     let addr = probe.local_addr().unwrap();
     drop(probe);
     let config = Config {
-        config_path: dir.clone(),
+        config_path: Some(dir.clone()),
         grpc: addr,
         http: "127.0.0.1:0".parse().unwrap(),
         reload_interval: Duration::ZERO,
@@ -386,6 +389,7 @@ async fn invalid_config_binds_nothing() {
             max_hits_addend: 10,
             response_headers: false,
         },
+        ..Default::default()
     };
     let err = Bound::bind(config).await.unwrap_err().to_string();
     assert!(

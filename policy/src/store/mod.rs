@@ -141,8 +141,15 @@ impl StoreError {
 
 /// `url` with its passwords replaced by `***` (the user info's,
 /// `scheme://user:password@host`, and a `password=` query parameter, as
-/// libpq takes it): an error message may be logged or shown to anyone.
-pub(crate) fn redact(url: &str) -> String {
+/// libpq takes it): an error message may be logged or shown to anyone. Public
+/// for what shows a store's records (an admin API redacts a `[redis]` URL).
+///
+/// ```
+/// use sluicegate_policy::store::redact;
+/// assert_eq!(redact("redis://u:secret@h:6379/0"), "redis://u:***@h:6379/0");
+/// assert_eq!(redact("postgres://h/db?password=pw"), "postgres://h/db?password=***");
+/// ```
+pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
