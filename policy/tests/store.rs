@@ -934,3 +934,204 @@ mod sqlite_only {
         }
     }
 }
+
+/// PostgreSQL's own: URLs and their parameters, `sslmode` against a server
+/// with TLS (a throwaway CA; its certificate names 127.0.0.1 only), passwords
+/// never shown, the Unix socket, and changes pushed by NOTIFY.
+#[cfg(feature = "postgres")]
+mod postgres_only {
+    use super::*;
+    use store_support::{env, postgres_url, with_param};
+
+    /// `url` reaches the test database: a store opens and answers.
+    fn opens(url: &str) -> Result<(), StoreError> {
+        Store::open(url)?.domains().map(drop)
+    }
+
+    #[test]
+    fn sslmode_is_honoured() {
+        if postgres_url().is_none() {
+            return;
+        }
+        // The role `sluicegate_tls` may only connect with TLS.
+        let base = env("SLUICEGATE_TEST_POSTGRES_TLS_URL");
+        let ca = env("SLUICEGATE_TEST_POSTGRES_CA");
+        let other = env("SLUICEGATE_TEST_POSTGRES_OTHER_CA");
+        let url = |params: &str| with_param(&base, params);
+        // Without TLS: refused by the server, so the others did use TLS.
+        let e = opens(&url("sslmode=disable")).unwrap_err();
+        assert!(e.to_string().contains("no encryption"), "{e}");
+        // prefer (also the default) and require: TLS, the certificate not checked.
+        opens(&base).unwrap();
+        opens(&url("sslmode=prefer")).unwrap();
+        opens(&url("sslmode=require")).unwrap();
+        // verify-ca: the chain checked, not the name (`localhost` is not in
+        // the certificate).
+        opens(&url(&format!("sslmode=verify-ca&sslrootcert={ca}"))).unwrap();
+        let localhost = base.replace("127.0.0.1", "localhost");
+        opens(&with_param(
+            &localhost,
+            &format!("sslmode=verify-ca&sslrootcert={ca}"),
+        ))
+        .unwrap();
+        let e = opens(&url(&format!("sslmode=verify-ca&sslrootcert={other}"))).unwrap_err();
+        assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
+        assert!(
+            format!("{e:?}").to_lowercase().contains("unknownissuer"),
+            "{e:?}"
+        );
+        // require with a root certificate given is verify-ca, as in libpq.
+        assert!(opens(&url(&format!("sslmode=require&sslrootcert={other}"))).is_err());
+        opens(&url(&format!("sslmode=require&sslrootcert={ca}"))).unwrap();
+        // verify-full: the name too.
+        opens(&url(&format!("sslmode=verify-full&sslrootcert={ca}"))).unwrap();
+        let e = opens(&with_param(
+            &localhost,
+            &format!("sslmode=verify-full&sslrootcert={ca}"),
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("certificate not valid for name"), "{e}");
+        // The system's roots do not know the throwaway CA.
+        assert!(opens(&url("sslmode=verify-full")).is_err());
+        // A reader over TLS follows changes as any other.
+        let full = url(&format!("sslmode=verify-full&sslrootcert={ca}"));
+        let store = Store::open(&full).unwrap();
+        let domain = format!("tls-{}", std::process::id());
+        store
+            .create_rule(&domain, RuleRecord::new("a", "1/s"), None, "ops")
+            .unwrap();
+        let p = Policy::builder()
+            .from_store(&full, &domain, fast())
+            .unwrap();
+        store
+            .create_rule(&domain, RuleRecord::new("b", "1/s"), None, "ops")
+            .unwrap();
+        assert!(wait_for(Duration::from_secs(1), || p.definition().rules().len() == 2).is_some());
+    }
+
+    #[test]
+    fn bad_parameters_are_named_and_passwords_never_shown() {
+        let cases = [
+            (
+                "postgres://u:pw@h/db?sslmode=sometimes",
+                "sslmode `sometimes`",
+            ),
+            (
+                "postgres://u:pw@h/db?sslmode=verify-ca&sslrootcert=/nonexistent.pem",
+                "sslrootcert `/nonexistent.pem`",
+            ),
+            (
+                "postgres://u:pw@h/db?sslmode=require&sslcert=/a.pem",
+                "sslcert and sslkey go together",
+            ),
+            ("postgres://u:pw@h/db?frobnicate=1", "frobnicate"),
+            ("postgresql://u:pw@h:notaport/db", "port"),
+        ];
+        for (url, shown) in cases {
+            let e = Store::open(url).unwrap_err();
+            assert!(matches!(e, StoreError::UrlParam { .. }), "{url}: {e:?}");
+            let text = e.to_string();
+            assert!(text.contains(shown), "{url}: {text}");
+            assert!(
+                !text.contains("pw@") && text.contains("u:***@"),
+                "{url}: {text}"
+            );
+            assert!(!format!("{e:?}").contains(":pw@"), "{e:?}");
+        }
+        // Refused by the server: the wrong password is not in the message.
+        let Some(_) = postgres_url() else { return };
+        let good = env("SLUICEGATE_TEST_POSTGRES_PASSWORD_URL");
+        opens(&good).unwrap();
+        let password = good.split(':').nth(2).unwrap().split('@').next().unwrap();
+        let wrong = good.replace(password, "not-the-password");
+        let e = opens(&wrong).unwrap_err();
+        let text = format!("{e} {e:?}");
+        assert!(text.contains("password authentication failed"), "{text}");
+        assert!(!text.contains("not-the-password"), "{text}");
+        let e = Policy::from_store(&wrong, "d").unwrap_err();
+        assert!(!e.to_string().contains("not-the-password"), "{e}");
+        let store = Store::open(&good).unwrap();
+        assert!(!format!("{store:?}").contains(password));
+    }
+
+    #[test]
+    fn a_unix_socket_and_a_reader_that_is_not_a_writer() {
+        let Some(base) = postgres_url() else { return };
+        let socket = env("SLUICEGATE_TEST_POSTGRES_SOCKET_URL");
+        let domain = format!("socket-{}", std::process::id());
+        let store = Store::open(&socket).unwrap();
+        store
+            .create_rule(&domain, RuleRecord::new("a", "1/s"), None, "ops")
+            .unwrap();
+        // The same database over TCP.
+        assert!(
+            Store::open(&base)
+                .unwrap()
+                .domain(&domain)
+                .unwrap()
+                .is_some()
+        );
+        // A reader makes no store where there is none (a schema without the
+        // store's tables).
+        let empty = Fixture::postgres().unwrap();
+        let e = Policy::from_store(&empty.url, "d").unwrap_err();
+        assert!(e.to_string().contains("holds no rule store"), "{e}");
+        assert!(matches!(e, StoreError::Unavailable { .. }));
+    }
+
+    /// A reader polling once an hour still follows within a second: the
+    /// writer's NOTIFY wakes it. A change written without NOTIFY waits for
+    /// the poll.
+    #[test]
+    fn notify_wakes_a_reader_at_once() {
+        let Some(f) = Fixture::postgres() else { return };
+        let store = f.store();
+        store
+            .create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
+            .unwrap();
+        let hourly =
+            sluicegate_policy::store::FollowOptions::new().poll_interval(Duration::from_secs(3600));
+        let p = Policy::builder().from_store(&f.url, "d", hourly).unwrap();
+        let other = Policy::builder()
+            .from_store(
+                &f.url,
+                "d",
+                sluicegate_policy::store::FollowOptions::new()
+                    .poll_interval(Duration::from_secs(3600)),
+            )
+            .unwrap();
+        // Let both reach their LISTEN (done at the reader's start).
+        std::thread::sleep(Duration::from_millis(200));
+        for i in 0..5 {
+            let name = format!("r{i}");
+            let start = Instant::now();
+            store
+                .create_rule("d", RuleRecord::new(&name, "1/s"), None, "ops")
+                .unwrap();
+            let n = i + 2;
+            let seen = wait_for(Duration::from_secs(1), || {
+                p.definition().rules().len() == n && other.definition().rules().len() == n
+            });
+            assert!(seen.is_some(), "change {i} not seen within 1 s");
+            assert!(
+                start.elapsed() < Duration::from_millis(500),
+                "{:?}",
+                start.elapsed()
+            );
+        }
+        // A change in another domain wakes nobody here; no reload.
+        store
+            .create_rule("elsewhere", RuleRecord::new("z", "1/s"), None, "ops")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(p.reload_count(), (5, 0));
+        // Without NOTIFY (a hand's UPDATE): not seen before the next poll.
+        f.raw(
+            "",
+            r#"UPDATE sluicegate_rules SET rule = '{"name":"a","limit":"2/s"}' WHERE name = 'a';
+               UPDATE sluicegate_domains SET version = version + 1 WHERE name = 'd';"#,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(p.definition().rules()[0].limit(), "1/s");
+    }
+}

@@ -403,6 +403,22 @@ impl Drop for Private {
 /// What a connection's task tells of its notifications (`None`: it ended).
 type OnMessage = Box<dyn FnMut(Option<&tokio_postgres::Notification>) + Send>;
 
+/// A tokio-postgres error with its causes (its own text is only "db error"
+/// or "error connecting to server"; what the server said is in its source).
+fn describe(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
+}
+
 /// A failure inside a call: the database's, or the call ran out of time.
 enum Fail {
     Db(tokio_postgres::Error),
@@ -602,7 +618,7 @@ impl Postgres {
 
     fn fail(&self, e: Fail) -> StoreError {
         match e {
-            Fail::Db(e) => StoreError::unavailable(&self.url, e),
+            Fail::Db(e) => StoreError::unavailable(&self.url, describe(&e)),
             Fail::Timeout => StoreError::unavailable(
                 &self.url,
                 format!("no answer within {} s", CALL_TIMEOUT.as_secs()),
