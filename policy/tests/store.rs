@@ -990,7 +990,10 @@ mod postgres_only {
             &format!("sslmode=verify-full&sslrootcert={ca}"),
         ))
         .unwrap_err();
-        assert!(e.to_string().contains("certificate not valid for name"), "{e}");
+        assert!(
+            e.to_string().contains("certificate not valid for name"),
+            "{e}"
+        );
         // The system's roots do not know the throwaway CA.
         assert!(opens(&url("sslmode=verify-full")).is_err());
         // A reader over TLS follows changes as any other.
