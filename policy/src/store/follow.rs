@@ -330,10 +330,13 @@ impl PolicyBuilder {
             pushes: true,
         };
         let every = options.poll;
+        let (ready, started) = std::sync::mpsc::sync_channel(1);
         let worker = Worker::spawn("sluicegate-store-follow", move |stop: Arc<AtomicBool>| {
-            // At once: a store that pushes changes starts listening now, and
-            // what changed since the load above is read.
+            // At once: a store that pushes changes starts listening now (so a
+            // change committed after `from_store` returns is pushed), and what
+            // changed since the load above is read.
             follow.poll();
+            let _ = ready.send(());
             while !stop.load(Ordering::Acquire) {
                 std::thread::park_timeout(every);
                 if stop.load(Ordering::Acquire) {
@@ -343,6 +346,9 @@ impl PolicyBuilder {
             }
         })
         .map_err(|e| StoreError::unavailable(url, e))?;
+        // Bounded: a store that stops answering mid-poll is the follower's
+        // outage to report, not a reader that never starts.
+        let _ = started.recv_timeout(Duration::from_secs(15));
         policy.follower = Some(Follower {
             worker: Mutex::new(worker),
         });

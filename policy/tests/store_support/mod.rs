@@ -8,7 +8,6 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,8 @@ pub struct Fixture {
     pub schema: Option<String>,
 }
 
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+#[cfg(feature = "postgres")]
+static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The PostgreSQL database's URL, if the environment names one.
 pub fn postgres_url() -> Option<String> {
@@ -101,7 +101,7 @@ impl Fixture {
         let schema = format!(
             "t_{}_{}_{}",
             std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
