@@ -1059,6 +1059,29 @@ impl Store {
     }
 }
 
+/// A stored version (a database integer) as a record's.
+pub(crate) fn version(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// A record's version as a database integer.
+pub(crate) fn sql_version(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A record as the JSON a backend stores.
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// A stored record's JSON decoded; `what` names it in the error.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
 /// The one plan of a single-record write.
 fn one(plans: Vec<Plan>) -> Result<Plan, StoreError> {
     plans

@@ -40,7 +40,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
     Action, AuditEntry, Backend, Cursor, Domain, Listener, Meta, Plan, Planner, Record, RuleRecord,
-    Stamp, StoreError, StoredRule, StoredSettings, redact,
+    Stamp, StoreError, StoredRule, StoredSettings, decode, json, redact, sql_version, version,
 };
 
 /// The schema, one script per version (version = index + 1), as SQLite's.
@@ -484,22 +484,6 @@ fn millis_time(t: SystemTime) -> SystemTime {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-fn version(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
-fn sql_version(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-fn decode<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
 /// Reads a domain: its head row and its rules (in a transaction the caller
@@ -1072,4 +1056,55 @@ async fn save(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(url: &str) -> (SslMode, bool) {
+        let t = Target::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        (t.config.get_ssl_mode(), t.tls.is_some())
+    }
+
+    #[test]
+    fn sslmode_maps_as_libpq_reads_it() {
+        assert_eq!(mode("postgres://h/db"), (SslMode::Prefer, true));
+        assert_eq!(
+            mode("postgres://h/db?sslmode=disable"),
+            (SslMode::Disable, false)
+        );
+        assert_eq!(
+            mode("postgresql://h/db?sslmode=allow"),
+            (SslMode::Prefer, true)
+        );
+        for m in ["require", "verify-ca", "verify-full"] {
+            assert_eq!(
+                mode(&format!("postgres://h/db?sslmode={m}")),
+                (SslMode::Require, true)
+            );
+        }
+        // No TLS over a Unix socket unless asked for.
+        assert_eq!(
+            mode("postgres://u@/db?host=/run/postgresql"),
+            (SslMode::Disable, false)
+        );
+        assert_eq!(
+            mode("postgres://u@%2Frun%2Fpostgresql/db"),
+            (SslMode::Disable, false)
+        );
+        // The parameters this module reads are not handed to tokio-postgres.
+        let t =
+            Target::parse("postgres://u:p@h:6000/db?sslmode=require&application_name=x").unwrap();
+        assert_eq!(t.config.get_application_name(), Some("x"));
+        assert_eq!(t.config.get_ports(), [6000]);
+        assert_eq!(t.config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("%2Ftmp%2Fca.pem"), "/tmp/ca.pem");
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz%41"), "%zzA");
+    }
 }

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 
 use super::{
     Action, AuditEntry, Backend, Cursor, Domain, Meta, Plan, Planner, Record, RuleRecord, Stamp,
-    StoreError, StoredRule, StoredSettings,
+    StoreError, StoredRule, StoredSettings, decode, json, sql_version, version,
 };
 
 /// The schema, one script per version (version = index + 1). Never edit one
@@ -137,22 +137,6 @@ fn millis(t: SystemTime) -> i64 {
 
 fn time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-fn version(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
-fn sql_version(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-fn decode<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
 /// Reads a domain in the transaction (or connection) `c`.
