@@ -22,7 +22,7 @@ const FINDINGS: u8 = 1;
 #[command(
     name = "sluicegate",
     version,
-    about = "Replay access logs through a rate-limit policy; lint and explain rule files."
+    about = "Replay access logs through a rate-limit policy; lint and explain rule files; import and export a rule store's domains."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -77,6 +77,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A rule store's domains as rule files: `import` replaces a domain's
+    /// rules and tables with a file's (one transaction, audited as `import`),
+    /// `export` writes a domain as a rule file to standard output.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Write a seeded, realistic access log (steady users, a scraper, a burst,
     /// malformed lines), for trying `replay` and measuring its speed.
     GenerateLog {
@@ -95,6 +102,37 @@ enum Command {
         /// Output file (default: standard output).
         #[arg(short, long)]
         output: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum StoreCommand {
+    /// Replace the domain's rules, defaults and tables with the file's, in one
+    /// transaction (rules left as they were keep their versions); the file is
+    /// validated first, errors naming file:line:column and the rule.
+    Import {
+        /// The store: sqlite:PATH, sqlite://PATH or postgres://USER@HOST/DATABASE.
+        #[arg(long, value_name = "URL")]
+        store: String,
+        /// The domain.
+        #[arg(long)]
+        domain: String,
+        /// Who is importing, in the audit trail and `updated_by` (default:
+        /// SLUICEGATE_USER, else USER, else `sluicegate-cli`).
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+        /// The rule file; `-` for standard input.
+        #[arg(value_name = "RULES.toml")]
+        rules: String,
+    },
+    /// Write the domain as a rule file to standard output.
+    Export {
+        /// The store: sqlite:PATH, sqlite://PATH or postgres://USER@HOST/DATABASE.
+        #[arg(long, value_name = "URL")]
+        store: String,
+        /// The domain.
+        #[arg(long)]
+        domain: String,
     },
 }
 
@@ -189,6 +227,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Store { command } => store(command),
         Command::GenerateLog {
             lines,
             seed,
@@ -225,6 +264,71 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                     w.flush().context("writing the log")?;
                 }
             }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `updated_by` of an import: `--by`, SLUICEGATE_USER, USER, or the command's name.
+fn importer(by: Option<String>) -> String {
+    by.or_else(|| std::env::var("SLUICEGATE_USER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "sluicegate-cli".to_owned())
+}
+
+fn store(command: StoreCommand) -> Result<ExitCode> {
+    use sluicegate_policy::store::{Store, StoreError, redact};
+    let open = |url: &str| Store::open(url).with_context(|| format!("opening {}", redact(url)));
+    match command {
+        StoreCommand::Import {
+            store: url,
+            domain,
+            by,
+            rules: path,
+        } => {
+            let text = if path == "-" {
+                io::read_to_string(io::stdin()).context("reading standard input")?
+            } else {
+                std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?
+            };
+            let by = importer(by);
+            let name = if path == "-" {
+                "<stdin>"
+            } else {
+                path.as_str()
+            };
+            match open(&url)?.import_toml(&domain, &text, Some(name), &by) {
+                Ok(s) if s.is_unchanged() => {
+                    eprintln!(
+                        "{name}: domain `{domain}` unchanged (version {}, {} rules)",
+                        s.version,
+                        s.unchanged.len()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(s) => {
+                    eprintln!(
+                        "{name}: imported into domain `{domain}` at version {} by {by}: {} created, {} replaced, {} deleted, {} unchanged{}",
+                        s.version,
+                        s.created.len(),
+                        s.replaced.len(),
+                        s.deleted.len(),
+                        s.unchanged.len(),
+                        if s.settings { "; tables replaced" } else { "" }
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(StoreError::Invalid(e)) => Ok(print_diagnostics(e.diagnostics())),
+                Err(e) => Err(e.into()),
+            }
+        }
+        StoreCommand::Export { store: url, domain } => {
+            let text = open(&url)?.export_toml(&domain)?;
+            let mut out = io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .context("writing the rules")?;
+            out.flush().context("writing the rules")?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -1,7 +1,9 @@
 //! How long a change in the rule store takes to be enforced by its readers.
 //!
-//! Two `Policy::from_store` readers (default poll interval) on one SQLite
-//! file, each on its own thread, and a writer that creates a rule, waits until
+//! Two `Policy::from_store` readers (default poll interval) on one store (a
+//! SQLite file in a temporary directory, or the PostgreSQL database of the URL
+//! given, in a domain of its own), each on its own thread, and a writer that
+//! creates a rule, waits until
 //! both enforce it, deletes it and waits again, `N` times (default 50). Each
 //! write waits a different time first (0 to 199 ms, spread evenly), so writes
 //! fall at every point of the readers' poll cycle, not always just after a
@@ -10,7 +12,11 @@
 //!
 //! ```text
 //! cargo run --release -p sluicegate-policy --features store --example store_latency -- 50
+//! cargo run --release -p sluicegate-policy --features postgres --example store_latency -- 100 postgres://localhost/rules
 //! ```
+//!
+//! On SQLite a change waits for the readers' next poll (every 200 ms); on
+//! PostgreSQL the writer's `NOTIFY` wakes them.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -21,9 +27,15 @@ use sluicegate_policy::store::{RuleRecord, Store};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args().nth(1).map_or(Ok(50), |a| a.parse())?;
     let dir = tempfile::tempdir()?;
-    let url = format!("sqlite:{}", dir.path().join("rules.db").display());
+    let url = match std::env::args().nth(2) {
+        Some(u) if u != "sqlite" => u,
+        _ => format!("sqlite:{}", dir.path().join("rules.db").display()),
+    };
     let store = Store::open(&url)?;
-    store.create_rule("d", RuleRecord::new("base", "1000/s"), None, "bench")?;
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let domain = format!("latency-{}-{}", std::process::id(), stamp.as_millis());
+    let domain = domain.as_str();
+    store.create_rule(domain, RuleRecord::new("base", "1000/s"), None, "bench")?;
 
     const READERS: usize = 2;
     let mut created = Vec::new();
@@ -37,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let acks_tx = acks_tx.clone();
             let url = url.as_str();
             s.spawn(move || {
-                let Ok(p) = Policy::from_store(url, "d") else {
+                let Ok(p) = Policy::from_store(url, domain) else {
                     return;
                 };
                 // Ready: the first change is timed from a reader already following.
@@ -55,14 +67,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for _ in 0..READERS {
             acks.recv_timeout(Duration::from_secs(10))?;
         }
-        // Golden-ratio steps spread the pauses evenly over 0..200 ms.
-        let pause = |k: usize| Duration::from_millis((k as u64 * 123) % 200);
+        // Golden-ratio steps spread the pauses evenly over 0..200 ms: writes
+        // fall at every point of a poll cycle. PostgreSQL's readers are woken
+        // by NOTIFY whatever the cycle's point: no pause.
+        let polled = url.starts_with("sqlite");
+        let pause =
+            |k: usize| Duration::from_millis(if polled { (k as u64 * 123) % 200 } else { 0 });
         for i in 0..n {
             let tenant = format!("t{i}");
             std::thread::sleep(pause(2 * i));
             let rule = format!("r-{tenant}");
             let made = store.create_rule(
-                "d",
+                domain,
                 RuleRecord::new(&rule, "1/hour").matching("tenant", &tenant),
                 None,
                 "bench",
@@ -75,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 created.push(acks.recv_timeout(Duration::from_secs(10))?);
             }
             std::thread::sleep(pause(2 * i + 1));
-            store.delete_rule("d", &rule, made.meta.version, "bench")?;
+            store.delete_rule(domain, &rule, made.meta.version, "bench")?;
             let t0 = Instant::now();
             for tx in &to_readers {
                 tx.send((tenant.clone(), false, t0))?;
@@ -87,14 +103,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(())
     })
     .map_err(|e| e.to_string())?;
-    // What one poll costs a reader: the store opened anew, the version read.
+    // What one poll costs a reader: SQLite's store opened anew and the
+    // version read; PostgreSQL's version read on the reader's connection.
     let polls = 1000;
+    let sqlite = url.starts_with("sqlite");
     let start = Instant::now();
     for _ in 0..polls {
-        Store::open(&url)?.version("d")?;
+        if sqlite {
+            Store::open(&url)?.version(domain)?;
+        } else {
+            store.version(domain)?;
+        }
     }
+    let (backend, what) = if sqlite {
+        ("SQLite", "open the file, read the domain's version")
+    } else {
+        ("PostgreSQL", "read the domain's version")
+    };
     println!(
-        "one poll (open the file, read the domain's version): {:.0} µs",
+        "{backend}: one poll ({what}): {:.0} µs",
         start.elapsed().as_secs_f64() * 1e6 / f64::from(polls)
     );
     for (what, mut all) in [("create", created), ("delete", deleted)] {
@@ -102,7 +129,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let median = all[all.len() / 2];
         let max = all[all.len() - 1];
         println!(
-            "{what}: {} observations ({n} changes x {READERS} readers): median {:.1} ms, max {:.1} ms",
+            "{backend}: {what}: {} observations ({n} changes x {READERS} readers): median {:.1} ms, max {:.1} ms",
             all.len(),
             median.as_secs_f64() * 1e3,
             max.as_secs_f64() * 1e3

@@ -1,45 +1,41 @@
-//! The rule store (feature `store`) on a real SQLite file: every field round
-//! trips and means what the same TOML means; optimistic concurrency; invalid
-//! writes save nothing; the audit trail; readers (`Policy::from_store`) follow
-//! a create and a delete within 1 s, keep the last good rules through an
-//! outage and recover, and start from a snapshot. A few seconds in all.
+//! The rule store's conformance suite (feature `store`; `postgres` adds the
+//! PostgreSQL runs): every test body below runs once per backend, on a real
+//! SQLite file and on a real PostgreSQL schema (`per_backend!`), so both keep
+//! one behaviour: every field round trips and means what the same TOML means;
+//! optimistic concurrency; invalid writes save nothing; the audit trail;
+//! migrations (concurrent starts, a newer schema refused); import and export;
+//! readers (`Policy::from_store`) follow a create and a delete within 1 s and
+//! never apply an invalid change. The outages are in `store_outage.rs`.
+//! PostgreSQL's own (URLs, TLS, passwords never shown, LISTEN/NOTIFY) are in
+//! `mod postgres_only` below. A few seconds in all.
 
-use std::path::{Path, PathBuf};
+mod store_support;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use sluicegate_policy::store::{
-    Action, Defaults, DomainSettings, FollowOptions, MatchValue, Record, RedisTable, RuleRecord,
+    Action, Defaults, DomainSettings, MatchValue, Record, RedisTable, RuleRecord, SharedTable,
     StateTable, Store, StoreError,
 };
 use sluicegate_policy::{Policy, PolicyDef};
+use store_support::{Fixture, Kind, fast, in_force, wait_for};
 
-fn store_in(dir: &Path) -> (String, Store) {
-    let url = format!("sqlite:{}", dir.join("rules.db").display());
-    let store = Store::open(&url).unwrap();
-    (url, store)
-}
-
-/// Waits up to `limit` for `done`; the time it took, or `None`.
-fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    None
-}
-
-/// Whether a check of `attrs` (a peek: cost 0) is matched by rule `name`.
-fn in_force(p: &Policy, attrs: &[(&str, &str)], name: &str) -> bool {
-    p.check_n(attrs, 0).rules().any(|r| r.name == name)
-}
-
-fn fast() -> FollowOptions {
-    FollowOptions::new().poll_interval(Duration::from_millis(20))
-}
+per_backend!(
+    every_field_round_trips_and_means_what_the_toml_means,
+    a_stale_version_is_refused_and_changes_nothing,
+    an_invalid_write_saves_nothing_and_names_the_field,
+    the_audit_trail_keeps_who_when_before_and_after,
+    rules_sort_by_position_then_name_bytewise,
+    a_newer_schema_is_refused,
+    concurrent_starts_make_the_schema_once,
+    two_readers_follow_a_create_and_a_delete_within_a_second,
+    a_change_that_fails_validation_is_never_applied,
+    a_reader_stopped_follows_no_more,
+    export_then_import_gives_the_same_rules,
+    an_import_replaces_the_domain_in_one_audited_write,
+    an_invalid_import_saves_nothing_and_names_file_line_and_rule,
+);
 
 fn every_setting() -> DomainSettings {
     DomainSettings {
@@ -59,6 +55,9 @@ fn every_setting() -> DomainSettings {
         }),
         state: Some(StateTable {
             memory: "8 MiB".into(),
+        }),
+        shared: Some(SharedTable {
+            path: "sluicegate-store-test".into(),
         }),
     }
 }
@@ -102,6 +101,9 @@ lease_ttl_ms = 700
 [state]
 memory = "8 MiB"
 
+[shared]
+path = "sluicegate-store-test"
+
 [[rule]]
 name = "api"
 match = { path = "/api/*", method = ["GET", "POST"] }
@@ -126,10 +128,8 @@ algorithm = "token_bucket"
 stripes = 4
 "#;
 
-#[test]
-fn every_field_round_trips_and_means_what_the_toml_means() {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, store) = store_in(dir.path());
+fn every_field_round_trips_and_means_what_the_toml_means(f: &Fixture) {
+    let store = f.store();
     let before = SystemTime::now() - Duration::from_millis(1);
     let settings = store
         .put_settings("d", every_setting(), None, "alice")
@@ -140,7 +140,7 @@ fn every_field_round_trips_and_means_what_the_toml_means() {
         written.push(store.create_rule("d", r, pos, "bob").unwrap());
     }
     // Read back through another connection: every field, position and meta.
-    let again = Store::open(&url.replace("sqlite:", "sqlite://")).unwrap();
+    let again = f.store();
     let d = again.domain("d").unwrap().unwrap();
     assert_eq!(d.settings, settings);
     assert_eq!(d.settings.settings, every_setting());
@@ -206,13 +206,12 @@ fn every_field_round_trips_and_means_what_the_toml_means() {
     }
     assert_eq!(from_store.redis(), from_toml.redis());
     assert_eq!(from_store.state(), from_toml.state());
+    assert_eq!(from_store.shared(), from_toml.shared());
     assert_eq!(from_store.ipv6_prefix(), from_toml.ipv6_prefix());
 }
 
-#[test]
-fn a_stale_version_is_refused_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, store) = store_in(dir.path());
+fn a_stale_version_is_refused_and_changes_nothing(f: &Fixture) {
+    let store = f.store();
     let v1 = store
         .create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
         .unwrap();
@@ -288,10 +287,8 @@ fn a_stale_version_is_refused_and_changes_nothing() {
     assert_eq!(store.rule("d", "a").unwrap().unwrap(), *won[0]);
 }
 
-#[test]
-fn an_invalid_write_saves_nothing_and_names_the_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, store) = store_in(dir.path());
+fn an_invalid_write_saves_nothing_and_names_the_field(f: &Fixture) {
+    let store = f.store();
     let mut redis_rule = RuleRecord::new("shared", "5/s");
     redis_rule.backend = Some("redis".into());
     let s = store
@@ -349,10 +346,8 @@ fn an_invalid_write_saves_nothing_and_names_the_field() {
     assert_eq!(snapshot(&store), before, "nothing saved, nothing audited");
 }
 
-#[test]
-fn the_audit_trail_keeps_who_when_before_and_after() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, store) = store_in(dir.path());
+fn the_audit_trail_keeps_who_when_before_and_after(f: &Fixture) {
+    let store = f.store();
     let t0 = SystemTime::now() - Duration::from_millis(1);
     let a1 = store
         .create_rule("d", RuleRecord::new("a", "1/s"), None, "alice")
@@ -427,53 +422,49 @@ fn the_audit_trail_keeps_who_when_before_and_after() {
     assert_eq!(paged, all.entries);
 }
 
-#[test]
-fn urls_and_schema() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("u.db");
-    let a = Store::open(&format!("sqlite:{}", path.display())).unwrap();
-    a.create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
+/// Rules sort by position, then by name as bytes (PostgreSQL's collation
+/// would put `B` after `a`; the store sorts as SQLite and Rust do).
+fn rules_sort_by_position_then_name_bytewise(f: &Fixture) {
+    let store = f.store();
+    for name in ["b", "a", "B", "_", "é"] {
+        store
+            .create_rule("d", RuleRecord::new(name, "1/s"), Some(1), "ops")
+            .unwrap();
+    }
+    store
+        .create_rule("d", RuleRecord::new("z", "1/s"), Some(0), "ops")
         .unwrap();
-    let b = Store::open(&format!("sqlite://{}", path.display())).unwrap();
-    assert_eq!(b.domains().unwrap(), ["d"]);
-    for (url, scheme) in [
-        ("postgres://u:p@h/db", "postgres"),
-        ("postgresql://h/db", "postgresql"),
-    ] {
-        let e = Store::open(url).unwrap_err();
-        assert!(matches!(&e, StoreError::Unsupported { scheme: s } if s == scheme));
-        assert!(e.to_string().contains(scheme) && e.to_string().contains("not built in yet"));
-        assert!(!e.to_string().contains("u:p"), "no password in the message");
+    let names: Vec<String> = store
+        .rules("d")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.rule.name)
+        .collect();
+    assert_eq!(names, ["z", "B", "_", "a", "b", "é"]);
+    let p = Policy::from_store(&f.url, "d").unwrap();
+    let def = p.definition();
+    let in_policy: Vec<&str> = def.rules().iter().map(|r| r.name()).collect();
+    assert_eq!(in_policy, names);
+    for d in ["b", "B", "a"] {
+        store
+            .put_settings(d, DomainSettings::default(), None, "ops")
+            .ok();
     }
-    let e = Store::open("mysql://admin:s3cret@db.example:3306/rules").unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "`mysql://admin:***@db.example:3306/rules` is not a store URL: write sqlite:PATH or sqlite://PATH"
+    assert_eq!(store.domains().unwrap(), ["B", "a", "b", "d"]);
+}
+
+/// A store written by a newer version is refused, not misread.
+fn a_newer_schema_is_refused(f: &Fixture) {
+    let store = f.store();
+    store
+        .create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
+        .unwrap();
+    drop(store);
+    f.raw(
+        "PRAGMA user_version = 99",
+        "UPDATE sluicegate_schema SET version = 99",
     );
-    for url in ["rules.db", "redis://h", "sqlite:", "sqlite://"] {
-        assert!(matches!(Store::open(url), Err(StoreError::Url(_))), "{url}");
-    }
-    // A reader never makes a store where the path was mistyped.
-    let missing = format!("sqlite:{}", dir.path().join("nope.db").display());
-    assert!(matches!(
-        Policy::from_store(&missing, "d"),
-        Err(StoreError::Unavailable { .. })
-    ));
-    assert!(!dir.path().join("nope.db").exists());
-    // A domain not in the store is an error at start.
-    let url = format!("sqlite:{}", path.display());
-    assert!(matches!(
-        Policy::from_store(&url, "e"),
-        Err(StoreError::NotFound(_))
-    ));
-    // The WAL journal.
-    assert!(dir.path().join("u.db-wal").exists());
-    // A store written by a newer version is refused, not misread.
-    drop((a, b));
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.pragma_update(None, "user_version", 99).unwrap();
-    drop(conn);
-    let e = Store::open(&url).unwrap_err();
+    let e = Store::open(&f.url).unwrap_err();
     assert!(
         matches!(
             e,
@@ -484,12 +475,42 @@ fn urls_and_schema() {
         ),
         "{e}"
     );
+    assert!(matches!(
+        Policy::from_store(&f.url, "d"),
+        Err(StoreError::Schema { .. })
+    ));
 }
 
-#[test]
-fn two_readers_follow_a_create_and_a_delete_within_a_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, store) = store_in(dir.path());
+/// Eight processes' worth of connections open a new store at once: one makes
+/// the schema, the others wait for it (no error, no table made twice), and
+/// all write through it.
+fn concurrent_starts_make_the_schema_once(f: &Fixture) {
+    let barrier = std::sync::Barrier::new(8);
+    let stores: Vec<Store> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    Store::open(&f.url)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+    });
+    for (i, store) in stores.iter().enumerate() {
+        store
+            .create_rule("d", RuleRecord::new(format!("r{i}"), "1/s"), None, "ops")
+            .unwrap();
+    }
+    assert_eq!(stores[0].rules("d").unwrap().len(), 8);
+    assert_eq!(stores[7].version("d").unwrap(), Some(8));
+}
+
+fn two_readers_follow_a_create_and_a_delete_within_a_second(f: &Fixture) {
+    let (url, store) = (&f.url, f.store());
     let keep = store
         .create_rule(
             "d",
@@ -499,7 +520,7 @@ fn two_readers_follow_a_create_and_a_delete_within_a_second() {
         )
         .unwrap();
     // Both readers at the default poll interval; one lives on another thread.
-    let here = Policy::from_store(&url, "d").unwrap();
+    let here = Policy::from_store(url, "d").unwrap();
     let ip = [("ip", "192.0.2.1")];
     assert!(here.check(&ip).allowed());
     assert!(!here.check(&ip).allowed());
@@ -542,6 +563,7 @@ fn two_readers_follow_a_create_and_a_delete_within_a_second() {
         }
         drop(to_reader);
     });
+    let mut all = Vec::new();
     for (i, (mine, theirs)) in lat.iter().enumerate() {
         let (mine, theirs) = (
             mine.expect("seen"),
@@ -549,6 +571,17 @@ fn two_readers_follow_a_create_and_a_delete_within_a_second() {
         );
         assert!(mine < Duration::from_secs(1), "change {i}: {mine:?}");
         assert!(theirs < Duration::from_secs(1), "change {i}: {theirs:?}");
+        all.extend([mine, theirs]);
+    }
+    // PostgreSQL notifies the readers: a change is in force well before the
+    // next poll (every 200 ms) would have found it.
+    if f.kind == Kind::Postgres {
+        all.sort_unstable();
+        let median = all[all.len() / 2];
+        assert!(
+            median < Duration::from_millis(100),
+            "median {median:?}: {all:?}"
+        );
     }
     // Sixteen reloads, and the unchanged rule kept its state all along.
     assert!(!here.check(&ip).allowed());
@@ -557,22 +590,21 @@ fn two_readers_follow_a_create_and_a_delete_within_a_second() {
     assert_eq!(here.last_error(), None);
 }
 
-#[test]
-fn a_change_that_fails_validation_is_never_applied() {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, store) = store_in(dir.path());
+fn a_change_that_fails_validation_is_never_applied(f: &Fixture) {
+    let (url, store) = (&f.url, f.store());
     store
         .create_rule("d", RuleRecord::new("a", "1/hour"), None, "ops")
         .unwrap();
-    let p = Policy::builder().from_store(&url, "d", fast()).unwrap();
+    let p = Policy::builder().from_store(url, "d", fast()).unwrap();
     assert!(p.check(&[("k", "v")]).allowed());
-    // Written around the store's validation (by hand, or by a newer writer).
-    let conn = rusqlite::Connection::open(dir.path().join("rules.db")).unwrap();
-    conn.execute_batch(
+    // Written around the store's validation (by hand, or by a newer writer);
+    // on PostgreSQL without a NOTIFY, so the poll finds it.
+    f.raw(
         r#"UPDATE rules SET rule = '{"name":"a","limit":"1/fortnight"}' WHERE name = 'a';
            UPDATE domains SET version = version + 1;"#,
-    )
-    .unwrap();
+        r#"UPDATE sluicegate_rules SET rule = '{"name":"a","limit":"1/fortnight"}' WHERE name = 'a';
+           UPDATE sluicegate_domains SET version = version + 1;"#,
+    );
     let seen = wait_for(Duration::from_secs(2), || p.last_error().is_some());
     assert!(seen.is_some());
     let e = p.last_error().unwrap();
@@ -595,115 +627,12 @@ fn a_change_that_fails_validation_is_never_applied() {
     assert_eq!(p.definition().rules()[0].limit(), "2/hour");
 }
 
-/// Moves the database away (its WAL files stay: nothing writes meanwhile).
-fn move_away(dir: &Path) -> PathBuf {
-    let away = dir.join("away.db");
-    std::fs::rename(dir.join("rules.db"), &away).unwrap();
-    away
-}
-
-#[test]
-fn an_outage_keeps_the_rules_and_is_reported_until_the_store_is_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, store) = store_in(dir.path());
-    store
-        .create_rule("d", RuleRecord::new("a", "2/hour").key(["ip"]), None, "ops")
-        .unwrap();
-    let p = Policy::builder().from_store(&url, "d", fast()).unwrap();
-    let ip = [("ip", "192.0.2.1")];
-    assert!(p.check(&ip).allowed());
-    assert_eq!(p.store_reachable(), Some(true));
-    assert!(p.metrics_text().contains("sluicegate_policy_store_up 1\n"));
-
-    let away = move_away(dir.path());
-    assert!(
-        wait_for(Duration::from_secs(1), || p.store_reachable()
-            == Some(false))
-        .is_some()
-    );
-    let e = p.last_error().unwrap();
-    assert!(e.contains("unavailable") && e.contains(&url), "{e}");
-    let text = p.metrics_text();
-    assert!(text.contains("sluicegate_policy_store_up 0\n"), "{text}");
-    assert!(!text.contains("sluicegate_policy_store_errors_total 0\n"));
-    // Still enforcing the last rules, state and all.
-    assert!(p.check(&ip).allowed());
-    assert!(!p.check(&ip).allowed());
-    assert_eq!(p.definition().rules().len(), 1);
-
-    std::fs::rename(&away, dir.path().join("rules.db")).unwrap();
-    assert!(wait_for(Duration::from_secs(1), || p.store_reachable() == Some(true)).is_some());
-    assert!(wait_for(Duration::from_secs(1), || p.last_error().is_none()).is_some());
-    assert!(!p.check(&ip).allowed(), "the state survived the outage");
-    // And it follows changes again.
-    store
-        .create_rule("d", RuleRecord::new("b", "1/s"), None, "ops")
-        .unwrap();
-    assert!(wait_for(Duration::from_secs(1), || p.definition().rules().len() == 2).is_some());
-}
-
-#[test]
-fn a_snapshot_starts_a_reader_while_the_store_is_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, store) = store_in(dir.path());
-    let snap = dir.path().join("d.json");
-    store
-        .create_rule("d", RuleRecord::new("a", "1/hour").key(["ip"]), None, "ops")
-        .unwrap();
-    let first = Policy::builder()
-        .from_store(&url, "d", fast().snapshot(&snap))
-        .unwrap();
-    assert!(snap.exists(), "written after the first load");
-    // Rewritten after every good load.
-    store
-        .create_rule("d", RuleRecord::new("b", "5/hour"), None, "ops")
-        .unwrap();
-    assert!(
-        wait_for(Duration::from_secs(1), || {
-            std::fs::read_to_string(&snap).is_ok_and(|t| t.contains("5/hour"))
-        })
-        .is_some()
-    );
-    drop(first);
-
-    let away = move_away(dir.path());
-    let e = Policy::from_store(&url, "d").unwrap_err();
-    assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
-    let other =
-        Policy::builder().from_store(&url, "d", fast().snapshot(dir.path().join("none.json")));
-    assert!(matches!(other, Err(StoreError::Snapshot(_))));
-    let p = Policy::builder()
-        .from_store(&url, "d", fast().snapshot(&snap))
-        .unwrap();
-    let names: Vec<_> = p
-        .definition()
-        .rules()
-        .iter()
-        .map(|r| r.name().to_owned())
-        .collect();
-    assert_eq!(names, ["a", "b"]);
-    assert!(p.check(&[("ip", "192.0.2.1")]).allowed());
-    assert!(!p.check(&[("ip", "192.0.2.1")]).allowed());
-    assert_eq!(p.store_reachable(), Some(false));
-    assert!(p.last_error().unwrap().contains("unavailable"));
-    // A snapshot of another domain is not used for this one.
-    let wrong = Policy::builder().from_store(&url, "e", fast().snapshot(&snap));
-    assert!(matches!(wrong, Err(StoreError::Snapshot(m)) if m.contains("not `e`")));
-
-    std::fs::rename(&away, dir.path().join("rules.db")).unwrap();
-    assert!(wait_for(Duration::from_secs(1), || p.store_reachable() == Some(true)).is_some());
-    assert!(wait_for(Duration::from_secs(1), || p.last_error().is_none()).is_some());
-    assert!(!p.check(&[("ip", "192.0.2.1")]).allowed(), "state kept");
-}
-
-#[test]
-fn a_reader_stopped_follows_no_more() {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, store) = store_in(dir.path());
+fn a_reader_stopped_follows_no_more(f: &Fixture) {
+    let (url, store) = (&f.url, f.store());
     store
         .create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
         .unwrap();
-    let p = Policy::builder().from_store(&url, "d", fast()).unwrap();
+    let p = Policy::builder().from_store(url, "d", fast()).unwrap();
     store
         .create_rule("d", RuleRecord::new("b", "1/s"), None, "ops")
         .unwrap();
@@ -716,4 +645,496 @@ fn a_reader_stopped_follows_no_more() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(p.definition().rules().len(), 2);
     assert_eq!(p.reload_count(), (1, 0));
+}
+
+/// The domain exported as TOML and imported into another domain (and into
+/// itself) gives the same records: settings, every rule field, order.
+fn export_then_import_gives_the_same_rules(f: &Fixture) {
+    let store = f.store();
+    store
+        .put_settings("d", every_setting(), None, "alice")
+        .unwrap();
+    for (i, r) in every_rule_field().into_iter().enumerate() {
+        store
+            .create_rule("d", r, Some(10 * i as i64), "bob")
+            .unwrap();
+    }
+    let mut odd = RuleRecord::new("quote \" back\\slash\ttab é 名", "3/minute")
+        .matching("header:x-api-key", "k \"1\"")
+        .matching_any("path", ["/a b", "/c\\d"]);
+    odd.key = Some(vec!["header:x-forwarded-for".into()]);
+    store.create_rule("d", odd, Some(5), "bob").unwrap();
+    let before = store.domain("d").unwrap().unwrap();
+
+    let text = store.export_toml("d").unwrap();
+    assert!(
+        text.starts_with("# Domain \"d\" of a sluicegate rule store, at version 5."),
+        "{text}"
+    );
+    // The text is a rule file: the policy loader reads it as the store's rules.
+    let def = PolicyDef::parse(&text, Some("export.toml")).unwrap();
+    let names: Vec<&str> = def.rules().iter().map(|r| r.name()).collect();
+    let stored: Vec<&str> = before.rules.iter().map(|r| r.rule.name.as_str()).collect();
+    assert_eq!(names, stored);
+
+    // Into another domain: the same records.
+    let s = store
+        .import_toml("e", &text, Some("export.toml"), "carol")
+        .unwrap();
+    assert_eq!((s.settings, s.created.len(), s.deleted.len()), (true, 4, 0));
+    let e = store.domain("e").unwrap().unwrap();
+    assert_eq!(e.to_file(), before.to_file());
+    assert_eq!(e.settings.settings, every_setting());
+    assert!(
+        e.rules
+            .iter()
+            .all(|r| r.meta.updated_by == "carol" && r.meta.version == 1)
+    );
+    assert_eq!(
+        store
+            .export_toml("e")
+            .unwrap()
+            .replace("\"e\"", "\"d\"")
+            .replace("version 1.", "version 5."),
+        text
+    );
+    // Into itself: nothing changes, nothing is written.
+    let trail = store.audit(None, None, 1000).unwrap().entries.len();
+    let s = store.import_toml("d", &text, None, "dave").unwrap();
+    assert!(s.is_unchanged(), "{s:?}");
+    assert_eq!((s.version, s.unchanged.len()), (5, 4));
+    assert_eq!(store.domain("d").unwrap().unwrap(), before);
+    assert_eq!(store.audit(None, None, 1000).unwrap().entries.len(), trail);
+    // Through another store of the other backend's kind: the file is the file.
+    let other = Fixture::sqlite();
+    let other_store = other.store();
+    other_store.import_toml("d", &text, None, "erin").unwrap();
+    assert_eq!(
+        other_store
+            .export_toml("d")
+            .unwrap()
+            .replace("version 1.", "version 5."),
+        text
+    );
+}
+
+/// An import: rules made, replaced (fields or place), deleted and left alone,
+/// the settings replaced, in one write (one version) audited as `import`; a
+/// reader applies it at once, whole.
+fn an_import_replaces_the_domain_in_one_audited_write(f: &Fixture) {
+    let store = f.store();
+    let keep = store
+        .create_rule(
+            "d",
+            RuleRecord::new("keep", "1/hour").key(["ip"]),
+            None,
+            "ops",
+        )
+        .unwrap();
+    store
+        .create_rule("d", RuleRecord::new("change", "1/s"), None, "ops")
+        .unwrap();
+    store
+        .create_rule("d", RuleRecord::new("drop", "1/s"), None, "ops")
+        .unwrap();
+    store
+        .create_rule("d", RuleRecord::new("move", "1/s"), None, "ops")
+        .unwrap();
+    let p = Policy::builder().from_store(&f.url, "d", fast()).unwrap();
+    let ip = [("ip", "192.0.2.1")];
+    assert!(p.check(&ip).allowed());
+    let cursor = store
+        .audit(None, None, 1000)
+        .unwrap()
+        .entries
+        .last()
+        .unwrap()
+        .cursor;
+
+    // `backend = "local"` is the default: the settings change, no rule's meaning.
+    let text = r#"
+[defaults]
+backend = "local"
+
+[[rule]]
+name = "move"
+limit = "1/s"
+
+[[rule]]
+name = "keep"
+key = ["ip"]
+limit = "1/hour"
+
+[[rule]]
+name = "change"
+limit = "2/s"
+
+[[rule]]
+name = "new"
+limit = "3/s"
+"#;
+    let s = store
+        .import_toml("d", text, Some("rules.toml"), "importer")
+        .unwrap();
+    assert!(s.settings);
+    assert_eq!(s.created, ["new"]);
+    // `move` keeps its place (it still sorts first); `keep` takes a new one.
+    assert_eq!(s.replaced, ["keep", "change"]);
+    assert_eq!(s.unchanged, ["move"]);
+    assert_eq!(s.deleted, ["drop"]);
+    assert_eq!(s.version, 5);
+    let d = store.domain("d").unwrap().unwrap();
+    let names: Vec<&str> = d.rules.iter().map(|r| r.rule.name.as_str()).collect();
+    assert_eq!(names, ["move", "keep", "change", "new"]);
+    let versions: Vec<u64> = d.rules.iter().map(|r| r.meta.version).collect();
+    assert_eq!(versions, [4, 5, 5, 5]);
+    let kept = &d.rules[1];
+    assert_eq!(
+        (kept.rule.clone(), kept.meta.created_at),
+        (keep.rule, keep.meta.created_at)
+    );
+    let trail = store.audit(None, Some(cursor), 1000).unwrap().entries;
+    assert_eq!(trail.len(), 5, "{trail:?}");
+    assert!(
+        trail
+            .iter()
+            .all(|e| e.action == Action::Import && e.by == "importer")
+    );
+    let rules: Vec<Option<&str>> = trail.iter().map(|e| e.rule.as_deref()).collect();
+    assert_eq!(
+        rules,
+        [
+            None,
+            Some("drop"),
+            Some("keep"),
+            Some("change"),
+            Some("new")
+        ]
+    );
+    assert!(trail[1].after.is_none() && trail[4].before.is_none());
+
+    // One reload, and the rule whose place alone changed kept its state.
+    let new = [("path", "/")];
+    assert!(wait_for(Duration::from_secs(1), || in_force(&p, &new, "new")).is_some());
+    assert_eq!(p.reload_count(), (1, 0));
+    assert!(!p.check(&ip).allowed(), "`keep` kept its state");
+
+    // The same file again: nothing to do.
+    let again = store
+        .import_toml("d", text, Some("rules.toml"), "importer")
+        .unwrap();
+    assert!(again.is_unchanged());
+    assert_eq!(again.unchanged, ["move", "keep", "change", "new"]);
+    // An empty file empties the domain (its settings too).
+    let s = store.import_toml("d", "", None, "importer").unwrap();
+    assert_eq!((s.deleted.len(), s.settings), (4, true));
+    let d = store.domain("d").unwrap().unwrap();
+    assert!(d.rules.is_empty() && d.settings.settings == DomainSettings::default());
+}
+
+fn an_invalid_import_saves_nothing_and_names_file_line_and_rule(f: &Fixture) {
+    let store = f.store();
+    store
+        .create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
+        .unwrap();
+    let before = (
+        store.domain("d").unwrap(),
+        store.audit(None, None, 100).unwrap(),
+    );
+    let cases = [
+        (
+            "[[rule]]\nname = \"b\"\nlimit = \"5/fortnight\"\n",
+            "rules.toml:3:12: error: rule `b`: bad limit",
+        ),
+        ("[[rule]]\nname = \"b\"\n", "rules.toml:1:1: error:"),
+        ("[[rule]\nname = \"b\"\n", "rules.toml:1:"),
+        (
+            "[[rule]]\nname = \"b\"\nlimit = \"1/s\"\nbackend = \"redis\"\n",
+            "rules.toml:4:11: error: rule `b`: backend `redis` needs a [redis] table",
+        ),
+        (
+            "[[rule]]\nname = \"b\"\nlimit = \"1/s\"\nshape = 1\n",
+            "rules.toml:4:1: error:",
+        ),
+        (
+            "[[rule]]\nname = \"b\"\nlimit = \"1/s\"\n[[rule]]\nname = \"b\"\nlimit = \"2/s\"\n",
+            "rules.toml:5:",
+        ),
+    ];
+    for (text, shown) in cases {
+        let e = store
+            .import_toml("d", text, Some("rules.toml"), "ops")
+            .unwrap_err();
+        assert!(e.invalid().is_some(), "{e}");
+        assert!(e.to_string().contains(shown), "{text:?}: {e}");
+    }
+    assert!(
+        store
+            .import_toml("new", "[[rule]]\nname = \"x\"\n", None, "ops")
+            .is_err()
+    );
+    assert_eq!(store.domains().unwrap(), ["d"]);
+    assert_eq!(
+        (
+            store.domain("d").unwrap(),
+            store.audit(None, None, 100).unwrap()
+        ),
+        before
+    );
+}
+
+mod sqlite_only {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.db");
+        let a = Store::open(&format!("sqlite:{}", path.display())).unwrap();
+        a.create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
+            .unwrap();
+        let b = Store::open(&format!("sqlite://{}", path.display())).unwrap();
+        assert_eq!(b.domains().unwrap(), ["d"]);
+        let e = Store::open("mysql://admin:s3cret@db.example:3306/rules").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`mysql://admin:***@db.example:3306/rules` is not a store URL: write sqlite:PATH, sqlite://PATH or postgres://USER@HOST/DATABASE"
+        );
+        for url in ["rules.db", "redis://h", "sqlite:", "sqlite://"] {
+            assert!(matches!(Store::open(url), Err(StoreError::Url(_))), "{url}");
+        }
+        // A reader never makes a store where the path was mistyped.
+        let missing = format!("sqlite:{}", dir.path().join("nope.db").display());
+        assert!(matches!(
+            Policy::from_store(&missing, "d"),
+            Err(StoreError::Unavailable { .. })
+        ));
+        assert!(!dir.path().join("nope.db").exists());
+        // A domain not in the store is an error at start.
+        let url = format!("sqlite:{}", path.display());
+        assert!(matches!(
+            Policy::from_store(&url, "e"),
+            Err(StoreError::NotFound(_))
+        ));
+        // The WAL journal.
+        assert!(dir.path().join("u.db-wal").exists());
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn postgres_urls_need_the_feature() {
+        for (url, scheme) in [
+            ("postgres://u:p@h/db", "postgres"),
+            ("postgresql://h/db", "postgresql"),
+        ] {
+            let e = Store::open(url).unwrap_err();
+            assert!(matches!(&e, StoreError::Unsupported { scheme: s } if s == scheme));
+            assert!(e.to_string().contains("`postgres` feature"), "{e}");
+            assert!(!e.to_string().contains("u:p"), "no password in the message");
+        }
+    }
+}
+
+/// PostgreSQL's own: URLs and their parameters, `sslmode` against a server
+/// with TLS (a throwaway CA; its certificate names 127.0.0.1 only), passwords
+/// never shown, the Unix socket, and changes pushed by NOTIFY.
+#[cfg(feature = "postgres")]
+mod postgres_only {
+    use super::*;
+    use store_support::{env, postgres_url, with_param};
+
+    /// `url` reaches the test database: a store opens and answers.
+    fn opens(url: &str) -> Result<(), StoreError> {
+        Store::open(url)?.domains().map(drop)
+    }
+
+    #[test]
+    fn sslmode_is_honoured() {
+        if postgres_url().is_none() {
+            return;
+        }
+        // The role `sluicegate_tls` may only connect with TLS.
+        let base = env("SLUICEGATE_TEST_POSTGRES_TLS_URL");
+        let ca = env("SLUICEGATE_TEST_POSTGRES_CA");
+        let other = env("SLUICEGATE_TEST_POSTGRES_OTHER_CA");
+        let url = |params: &str| with_param(&base, params);
+        // Without TLS: refused by the server, so the others did use TLS.
+        let e = opens(&url("sslmode=disable")).unwrap_err();
+        assert!(e.to_string().contains("no encryption"), "{e}");
+        // prefer (also the default) and require: TLS, the certificate not checked.
+        opens(&base).unwrap();
+        opens(&url("sslmode=prefer")).unwrap();
+        opens(&url("sslmode=require")).unwrap();
+        // verify-ca: the chain checked, not the name (`localhost` is not in
+        // the certificate).
+        opens(&url(&format!("sslmode=verify-ca&sslrootcert={ca}"))).unwrap();
+        let localhost = base.replace("127.0.0.1", "localhost");
+        opens(&with_param(
+            &localhost,
+            &format!("sslmode=verify-ca&sslrootcert={ca}"),
+        ))
+        .unwrap();
+        let e = opens(&url(&format!("sslmode=verify-ca&sslrootcert={other}"))).unwrap_err();
+        assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
+        assert!(
+            format!("{e:?}").to_lowercase().contains("unknownissuer"),
+            "{e:?}"
+        );
+        // require with a root certificate given is verify-ca, as in libpq.
+        assert!(opens(&url(&format!("sslmode=require&sslrootcert={other}"))).is_err());
+        opens(&url(&format!("sslmode=require&sslrootcert={ca}"))).unwrap();
+        // verify-full: the name too.
+        opens(&url(&format!("sslmode=verify-full&sslrootcert={ca}"))).unwrap();
+        let e = opens(&with_param(
+            &localhost,
+            &format!("sslmode=verify-full&sslrootcert={ca}"),
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("certificate not valid for name"),
+            "{e}"
+        );
+        // The system's roots do not know the throwaway CA.
+        assert!(opens(&url("sslmode=verify-full")).is_err());
+        // A reader over TLS follows changes as any other.
+        let full = url(&format!("sslmode=verify-full&sslrootcert={ca}"));
+        let store = Store::open(&full).unwrap();
+        let domain = format!("tls-{}", std::process::id());
+        store
+            .create_rule(&domain, RuleRecord::new("a", "1/s"), None, "ops")
+            .unwrap();
+        let p = Policy::builder()
+            .from_store(&full, &domain, fast())
+            .unwrap();
+        store
+            .create_rule(&domain, RuleRecord::new("b", "1/s"), None, "ops")
+            .unwrap();
+        assert!(wait_for(Duration::from_secs(1), || p.definition().rules().len() == 2).is_some());
+    }
+
+    #[test]
+    fn bad_parameters_are_named_and_passwords_never_shown() {
+        let cases = [
+            (
+                "postgres://u:pw@h/db?sslmode=sometimes",
+                "sslmode `sometimes`",
+            ),
+            (
+                "postgres://u:pw@h/db?sslmode=verify-ca&sslrootcert=/nonexistent.pem",
+                "sslrootcert `/nonexistent.pem`",
+            ),
+            (
+                "postgres://u:pw@h/db?sslmode=require&sslcert=/a.pem",
+                "sslcert and sslkey go together",
+            ),
+            ("postgres://u:pw@h/db?frobnicate=1", "frobnicate"),
+            ("postgresql://u:pw@h:notaport/db", "port"),
+        ];
+        for (url, shown) in cases {
+            let e = Store::open(url).unwrap_err();
+            assert!(matches!(e, StoreError::UrlParam { .. }), "{url}: {e:?}");
+            let text = e.to_string();
+            assert!(text.contains(shown), "{url}: {text}");
+            assert!(
+                !text.contains("pw@") && text.contains("u:***@"),
+                "{url}: {text}"
+            );
+            assert!(!format!("{e:?}").contains(":pw@"), "{e:?}");
+        }
+        // Refused by the server: the wrong password is not in the message.
+        let Some(_) = postgres_url() else { return };
+        let good = env("SLUICEGATE_TEST_POSTGRES_PASSWORD_URL");
+        opens(&good).unwrap();
+        let password = good.split(':').nth(2).unwrap().split('@').next().unwrap();
+        let wrong = good.replace(password, "not-the-password");
+        let e = opens(&wrong).unwrap_err();
+        let text = format!("{e} {e:?}");
+        assert!(text.contains("password authentication failed"), "{text}");
+        assert!(!text.contains("not-the-password"), "{text}");
+        let e = Policy::from_store(&wrong, "d").unwrap_err();
+        assert!(!e.to_string().contains("not-the-password"), "{e}");
+        let store = Store::open(&good).unwrap();
+        assert!(!format!("{store:?}").contains(password));
+    }
+
+    #[test]
+    fn a_unix_socket_and_a_reader_that_is_not_a_writer() {
+        let Some(base) = postgres_url() else { return };
+        let socket = env("SLUICEGATE_TEST_POSTGRES_SOCKET_URL");
+        let domain = format!("socket-{}", std::process::id());
+        let store = Store::open(&socket).unwrap();
+        store
+            .create_rule(&domain, RuleRecord::new("a", "1/s"), None, "ops")
+            .unwrap();
+        // The same database over TCP.
+        assert!(
+            Store::open(&base)
+                .unwrap()
+                .domain(&domain)
+                .unwrap()
+                .is_some()
+        );
+        // A reader makes no store where there is none (a schema without the
+        // store's tables).
+        let empty = Fixture::postgres().unwrap();
+        let e = Policy::from_store(&empty.url, "d").unwrap_err();
+        assert!(e.to_string().contains("holds no rule store"), "{e}");
+        assert!(matches!(e, StoreError::Unavailable { .. }));
+    }
+
+    /// A reader polling once an hour still follows within a second: the
+    /// writer's NOTIFY wakes it. A change written without NOTIFY waits for
+    /// the poll.
+    #[test]
+    fn notify_wakes_a_reader_at_once() {
+        let Some(f) = Fixture::postgres() else { return };
+        let store = f.store();
+        store
+            .create_rule("d", RuleRecord::new("a", "1/s"), None, "ops")
+            .unwrap();
+        let hourly =
+            sluicegate_policy::store::FollowOptions::new().poll_interval(Duration::from_secs(3600));
+        let p = Policy::builder().from_store(&f.url, "d", hourly).unwrap();
+        let other = Policy::builder()
+            .from_store(
+                &f.url,
+                "d",
+                sluicegate_policy::store::FollowOptions::new()
+                    .poll_interval(Duration::from_secs(3600)),
+            )
+            .unwrap();
+        // Let both reach their LISTEN (done at the reader's start).
+        std::thread::sleep(Duration::from_millis(200));
+        for i in 0..5 {
+            let name = format!("r{i}");
+            let start = Instant::now();
+            store
+                .create_rule("d", RuleRecord::new(&name, "1/s"), None, "ops")
+                .unwrap();
+            let n = i + 2;
+            let seen = wait_for(Duration::from_secs(1), || {
+                p.definition().rules().len() == n && other.definition().rules().len() == n
+            });
+            assert!(seen.is_some(), "change {i} not seen within 1 s");
+            assert!(
+                start.elapsed() < Duration::from_millis(500),
+                "{:?}",
+                start.elapsed()
+            );
+        }
+        // A change in another domain wakes nobody here; no reload.
+        store
+            .create_rule("elsewhere", RuleRecord::new("z", "1/s"), None, "ops")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(p.reload_count(), (5, 0));
+        // Without NOTIFY (a hand's UPDATE): not seen before the next poll.
+        f.raw(
+            "",
+            r#"UPDATE sluicegate_rules SET rule = '{"name":"a","limit":"2/s"}' WHERE name = 'a';
+               UPDATE sluicegate_domains SET version = version + 1 WHERE name = 'd';"#,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(p.definition().rules()[0].limit(), "1/s");
+    }
 }

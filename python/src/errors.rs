@@ -66,7 +66,7 @@ pub fn store(e: sluicegate_policy::store::StoreError) -> PyErr {
     use sluicegate_policy::store::StoreError as E;
     let msg = with_causes(&e);
     match e {
-        E::Url(_) | E::Unsupported { .. } | E::NotFound(_) | E::Invalid(_) => {
+        E::Url(_) | E::UrlParam { .. } | E::Unsupported { .. } | E::NotFound(_) | E::Invalid(_) => {
             PyValueError::new_err(msg)
         }
         _ => StoreUnavailable::new_err(msg),

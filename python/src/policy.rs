@@ -173,9 +173,10 @@ impl PyPolicy {
         })
     }
 
-    /// The rules of `domain` in the rule store at `url` (`sqlite:PATH`),
-    /// followed: a change is in force within about `interval` seconds (0.2 by
-    /// default), unchanged rules keep their state, and a change that does not
+    /// The rules of `domain` in the rule store at `url` (`sqlite:PATH` or
+    /// `postgres://USER@HOST/DATABASE?sslmode=...`), followed: a change is in
+    /// force within about `interval` seconds (0.2 by default; PostgreSQL
+    /// notifies readers at once), unchanged rules keep their state, and a change that does not
     /// validate is never applied. While the store cannot be reached the rules in
     /// force stay (`last_error`, `store_reachable`). `snapshot`: a file written
     /// after every good load and read at start when the store is down.
@@ -362,6 +363,7 @@ impl PyPolicy {
         match (&self.path, &self.store) {
             (Some(p), _) => format!("Policy.from_file({p:?}) ({n} rules)"),
             (None, Some((url, domain))) => {
+                let url = sluicegate_policy::store::redact(url);
                 format!("Policy.from_store({url:?}, domain={domain:?}) ({n} rules)")
             }
             (None, None) => format!("Policy.from_str(...) ({n} rules)"),

@@ -189,8 +189,11 @@ def test_a_snapshot_starts_a_reader_while_the_store_is_down(store: Writer, tmp_p
 
 
 def test_bad_arguments_are_value_errors(store: Writer) -> None:
-    with pytest.raises(ValueError, match="postgres"):
-        Policy.from_store("postgres://db/rules", domain="api")
+    with pytest.raises(ValueError, match="sslmode `sometimes`"):
+        Policy.from_store("postgres://app:s3cret@db/rules?sslmode=sometimes", domain="api")
+    with pytest.raises(ValueError, match=r"app:\*\*\*@db") as e:
+        Policy.from_store("postgres://app:s3cret@db/rules?sslmode=sometimes", domain="api")
+    assert "s3cret" not in str(e.value)
     with pytest.raises(ValueError, match="not a store URL"):
         Policy.from_store("rules.db", domain="api")
     with pytest.raises(ValueError, match="domain `nope`"):

@@ -1,7 +1,9 @@
 //! A policy that follows a store's domain: [`Policy::from_store`].
 //!
 //! A thread owned by the policy polls the domain's version (one indexed query)
-//! and, when it changed, reads the domain and reloads it with
+//! — at once when the store pushes a change (PostgreSQL's `NOTIFY`, on a
+//! `LISTEN` connection of the reader's), else every poll interval — and, when
+//! it changed, reads the domain and reloads it with
 //! [`Policy::reload_from_def`]: unchanged rules keep their state, and a domain
 //! that does not validate is never applied. While the store cannot be reached
 //! the rules in force stay, and the policy reports it: [`Policy::last_error`],
@@ -9,7 +11,10 @@
 //! After an outage the domain is read again whatever its version. A domain
 //! that disappears from the store is reported the same way (its rules stay).
 //!
-//! The SQLite store is opened anew for each poll: a file replaced by a rename
+//! A PostgreSQL store is kept open between polls (its connection made again
+//! after an outage; its listening connection too, before the version is read,
+//! so a change between the two is not missed). The SQLite store is opened anew
+//! for each poll: a file replaced by a rename
 //! (a restore from a backup) is read, not the old file still held open, and a
 //! file gone is an outage, not an old copy read forever. A reader never
 //! creates a store. Within one process, use the store only through this
@@ -22,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Domain, Location, Store, StoreError};
+use super::{Domain, Listener, Location, Store, StoreError};
 use crate::policy::{Core, Policy, PolicyBuilder};
 use crate::reload::Worker;
 
@@ -123,6 +128,13 @@ struct Follow {
     seen: Option<u64>,
     /// The last poll failed: read the domain again once the store answers.
     down: bool,
+    /// The store, kept between polls (`None`: opened anew for each, or not
+    /// yet opened).
+    store: Option<Store>,
+    /// Changes pushed by the store, while its connection lives.
+    listener: Option<Box<dyn Listener>>,
+    /// Whether the store can push changes (until it says it cannot).
+    pushes: bool,
 }
 
 impl Follow {
@@ -139,8 +151,23 @@ impl Follow {
     }
 
     /// The domain if it changed since the last read (or after an outage).
-    fn read(&self) -> Result<Option<Domain>, StoreError> {
-        let store = Store::open_with(&self.url, false)?;
+    fn read(&mut self) -> Result<Option<Domain>, StoreError> {
+        let store = match &self.store {
+            Some(s) => s.clone(),
+            None => Store::open_with(&self.url, false)?,
+        };
+        if !super::reopen_per_poll(&store) {
+            self.store = Some(store.clone());
+        }
+        // Listening before the version is read: a change between the two is
+        // then both notified and read, never neither.
+        if self.pushes && !self.listener.as_ref().is_some_and(|l| l.alive()) {
+            self.listener = None;
+            match super::listen(&store, &self.domain, std::thread::current())? {
+                Some(l) => self.listener = Some(l),
+                None => self.pushes = false,
+            }
+        }
         let version = store.version(&self.domain)?;
         if version.is_some() && version == self.seen && !self.down {
             return Ok(None);
@@ -244,8 +271,13 @@ impl PolicyBuilder {
     ) -> Result<Policy, StoreError> {
         // A bad URL is an error, snapshot or not.
         Location::parse(url)?;
-        let read = Store::open_with(url, false)
-            .and_then(|s| s.domain(domain)?.ok_or_else(|| missing(domain)));
+        let opened = Store::open_with(url, false);
+        let kept = opened
+            .as_ref()
+            .ok()
+            .filter(|s| !super::reopen_per_poll(s))
+            .cloned();
+        let read = opened.and_then(|s| s.domain(domain)?.ok_or_else(|| missing(domain)));
         let (loaded, outage) = match (read, &options.snapshot) {
             (Ok(d), _) => (d, None),
             (Err(e @ StoreError::Unavailable { .. }), Some(path)) => {
@@ -293,9 +325,18 @@ impl PolicyBuilder {
             snapshot: options.snapshot.clone(),
             seen: Some(loaded.version),
             down: outage.is_some(),
+            store: kept,
+            listener: None,
+            pushes: true,
         };
         let every = options.poll;
+        let (ready, started) = std::sync::mpsc::sync_channel(1);
         let worker = Worker::spawn("sluicegate-store-follow", move |stop: Arc<AtomicBool>| {
+            // At once: a store that pushes changes starts listening now (so a
+            // change committed after `from_store` returns is pushed), and what
+            // changed since the load above is read.
+            follow.poll();
+            let _ = ready.send(());
             while !stop.load(Ordering::Acquire) {
                 std::thread::park_timeout(every);
                 if stop.load(Ordering::Acquire) {
@@ -305,6 +346,9 @@ impl PolicyBuilder {
             }
         })
         .map_err(|e| StoreError::unavailable(url, e))?;
+        // Bounded: a store that stops answering mid-poll is the follower's
+        // outage to report, not a reader that never starts.
+        let _ = started.recv_timeout(Duration::from_secs(15));
         policy.follower = Some(Follower {
             worker: Mutex::new(worker),
         });
@@ -313,9 +357,11 @@ impl PolicyBuilder {
 }
 
 impl Policy {
-    /// The policy of `domain` in the rule store at `url` (`sqlite:PATH`), kept
+    /// The policy of `domain` in the rule store at `url` (`sqlite:PATH`, or
+    /// `postgres://…` with the `postgres` feature: see [`Store::open`]), kept
     /// in step with it by a thread the policy owns (stopped when it is
-    /// dropped): a change is in force within about 200 ms, unchanged rules
+    /// dropped): a change is in force within about 200 ms (the poll interval;
+    /// within milliseconds on PostgreSQL, which notifies readers), unchanged rules
     /// keep their state, a change that does not validate is never applied,
     /// and while the store is down the rules in force stay
     /// ([`Self::last_error`] says why). A store that cannot be read at start is

@@ -10,13 +10,23 @@
 //! * writes with optimistic concurrency: [`Store::create_rule`],
 //!   [`Store::replace_rule`], [`Store::delete_rule`], [`Store::put_settings`]
 //!   (a stale version is [`StoreError::Stale`]);
+//! * a whole domain from or to rule-file text: [`Store::import_toml`] (one
+//!   transaction, audited as `import`), [`Store::export_toml`];
 //! * the trail: [`Store::audit`], [`AuditEntry`], by [`Cursor`].
 //!
-//! Backends: SQLite (`sqlite:PATH` or `sqlite://PATH`: WAL, a busy timeout,
-//! migrations at open). Every backend implements one small trait (`Backend`):
-//! read a domain, its version, the audit, and one write transaction that
-//! validates and audits through code shared here; a PostgreSQL backend is that
-//! trait again.
+//! Backends:
+//!
+//! * SQLite (`sqlite:PATH` or `sqlite://PATH`): WAL, a busy timeout, migrations
+//!   at open;
+//! * PostgreSQL (`postgres://…` or `postgresql://…`, feature `postgres`):
+//!   migrations at start under an advisory lock, writes serialized by another,
+//!   a `NOTIFY` per committed change (readers wake on it), `sslmode` honoured
+//!   with rustls (see [`Store::open`]).
+//!
+//! Every backend implements one small trait (`Backend`): read a domain, its
+//! version, the audit, and one write transaction that validates and audits
+//! through code shared here, so both behave alike (one conformance suite,
+//! `policy/tests/store.rs`, runs against each).
 //!
 //! ```
 //! use sluicegate_policy::store::{RuleRecord, Store, StoreError};
@@ -38,8 +48,11 @@
 //! ```
 
 mod follow;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
 mod sqlite;
+mod text;
 
 use std::fmt;
 use std::str::FromStr;
@@ -51,9 +64,10 @@ use serde::{Deserialize, Serialize};
 pub use follow::FollowOptions;
 pub(crate) use follow::Follower;
 pub use record::{
-    Defaults, Domain, DomainSettings, MatchValue, Meta, RedisTable, RuleRecord, StateTable,
-    StoredRule, StoredSettings,
+    Defaults, Domain, DomainSettings, MatchValue, Meta, RedisTable, RuleRecord, SharedTable,
+    StateTable, StoredRule, StoredSettings,
 };
+pub use text::{DomainFile, ImportSummary};
 
 use crate::diag::Error;
 
@@ -61,17 +75,28 @@ use crate::diag::Error;
 ///
 /// ```
 /// use sluicegate_policy::store::{Store, StoreError};
-/// let err = Store::open("postgres://db/rules").unwrap_err();
-/// assert!(matches!(err, StoreError::Unsupported { ref scheme } if scheme == "postgres"));
-/// assert!(err.to_string().contains("not built in yet"));
+/// let err = Store::open("mysql://admin:s3cret@db/rules").unwrap_err();
+/// assert!(matches!(err, StoreError::Url(_)));
+/// assert!(err.to_string().contains("admin:***@db"));
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The URL is not a store URL (`sqlite:PATH`, `sqlite://PATH`); its
+    /// The URL is not a store URL (`sqlite:PATH`, `sqlite://PATH`,
+    /// `postgres://…`), or a `postgres://` URL's parameters are wrong; its
     /// password, if it has one, is shown as `***`.
     Url(String),
-    /// A store of this kind is not built into this version (`postgres`).
+    /// A `postgres://` URL whose parameters are wrong (an unknown `sslmode`, a
+    /// certificate file that cannot be read, a parameter tokio-postgres does
+    /// not know).
+    UrlParam {
+        /// The URL (a password shown as `***`).
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A store of this kind is not built into this build (`postgres` without
+    /// the crate's `postgres` feature).
     Unsupported {
         /// The URL's scheme.
         scheme: String,
@@ -141,13 +166,15 @@ impl StoreError {
 
 /// `url` with its passwords replaced by `***` (the user info's,
 /// `scheme://user:password@host`, and a `password=` query parameter, as
-/// libpq takes it): an error message may be logged or shown to anyone. Public
-/// for what shows a store's records (an admin API redacts a `[redis]` URL).
+/// libpq takes it): what every error message, log line and `Debug` of this
+/// module shows, what a program should show of a store URL too, and what an
+/// admin API shows of a `[redis]` URL in a store's records.
 ///
 /// ```
 /// use sluicegate_policy::store::redact;
+/// assert_eq!(redact("postgres://app:s3cret@db:5432/rules"), "postgres://app:***@db:5432/rules");
+/// assert_eq!(redact("postgres://db/rules?password=s3cret"), "postgres://db/rules?password=***");
 /// assert_eq!(redact("redis://u:secret@h:6379/0"), "redis://u:***@h:6379/0");
-/// assert_eq!(redact("postgres://h/db?password=pw"), "postgres://h/db?password=***");
 /// ```
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -206,11 +233,12 @@ impl fmt::Display for StoreError {
         match self {
             StoreError::Url(u) => write!(
                 f,
-                "`{u}` is not a store URL: write sqlite:PATH or sqlite://PATH"
+                "`{u}` is not a store URL: write sqlite:PATH, sqlite://PATH or postgres://USER@HOST/DATABASE"
             ),
+            StoreError::UrlParam { url, message } => write!(f, "store URL `{url}`: {message}"),
             StoreError::Unsupported { scheme } => write!(
                 f,
-                "`{scheme}` stores are not built in yet: this version has sqlite:PATH only"
+                "`{scheme}` stores are not built in: this build has sqlite:PATH only (build sluicegate-policy with its `postgres` feature)"
             ),
             StoreError::Unavailable { url, source } => {
                 write!(f, "store `{url}` unavailable: {source}")
@@ -272,14 +300,19 @@ pub enum Action {
     Delete,
     /// A domain's settings written.
     Settings,
+    /// A rule or the settings written by an import ([`Store::import_toml`]):
+    /// one entry per record the import made, replaced or deleted, all of one
+    /// transaction.
+    Import,
 }
 
 impl Action {
-    const ALL: [Action; 4] = [
+    const ALL: [Action; 5] = [
         Action::Create,
         Action::Replace,
         Action::Delete,
         Action::Settings,
+        Action::Import,
     ];
 
     /// Its name in the trail.
@@ -293,6 +326,7 @@ impl Action {
             Action::Replace => "replace",
             Action::Delete => "delete",
             Action::Settings => "settings",
+            Action::Import => "import",
         }
     }
 }
@@ -437,9 +471,15 @@ pub(crate) enum Change {
         settings: DomainSettings,
         version: Option<u64>,
     },
+    /// The domain's settings and rules (in order) replaced by these.
+    Import {
+        settings: DomainSettings,
+        rules: Vec<RuleRecord>,
+    },
 }
 
-/// What a write does, decided against the domain as the transaction read it.
+/// What a write does to one record, decided against the domain as the
+/// transaction read it; a write is a list of them (one, or an import's).
 #[derive(Debug)]
 pub(crate) struct Plan {
     pub action: Action,
@@ -457,27 +497,56 @@ pub(crate) struct Stamp<'a> {
 }
 
 /// What a write transaction asks what to do: given the domain as it read it and
-/// the write's stamp, the plan (or why nothing is to be saved).
+/// the write's stamp, the plans (or why nothing is to be saved). No plan: the
+/// write changes nothing, and nothing is saved (the version stays).
 pub(crate) type Planner<'a> =
-    dyn FnMut(Option<&Domain>, &Stamp<'_>) -> Result<Plan, StoreError> + 'a;
+    dyn FnMut(Option<&Domain>, &Stamp<'_>) -> Result<Vec<Plan>, StoreError> + 'a;
 
 /// A storage backend: reads, and one write transaction that calls back into
 /// [`plan`] (precondition, validation, the records after) before it saves the
-/// plan and its audit entry.
+/// plans and their audit entries.
 pub(crate) trait Backend: Send + Sync {
     fn domains(&self) -> Result<Vec<String>, StoreError>;
     fn domain(&self, name: &str) -> Result<Option<Domain>, StoreError>;
     fn version(&self, domain: &str) -> Result<Option<u64>, StoreError>;
     /// In one transaction: reads the domain (locked against other writers),
-    /// asks `plan` what to do, saves it, its audit entry and the domain's new
-    /// version, and commits; nothing is saved if `plan` fails.
-    fn write(&self, domain: &str, by: &str, plan: &mut Planner<'_>) -> Result<Plan, StoreError>;
+    /// asks `plan` what to do, saves each plan, its audit entry and the
+    /// domain's new version, and commits; nothing is saved if `plan` fails or
+    /// returns no plan.
+    fn write(
+        &self,
+        domain: &str,
+        by: &str,
+        plan: &mut Planner<'_>,
+    ) -> Result<Vec<Plan>, StoreError>;
     fn audit(
         &self,
         domain: Option<&str>,
         after: u64,
         limit: usize,
     ) -> Result<Vec<AuditEntry>, StoreError>;
+    /// Whether a reader opens the store anew for each poll (SQLite: a file
+    /// replaced by a rename is read, not the one still held open) rather than
+    /// keeping it, and its connection, between polls.
+    fn reopen_per_poll(&self) -> bool {
+        false
+    }
+    /// Starts waking `thread` (unparking it) when `domain` changes, for as long
+    /// as the returned [`Listener`] lives; `None`: this backend pushes no
+    /// changes (readers poll).
+    fn listen(
+        &self,
+        _domain: &str,
+        _thread: std::thread::Thread,
+    ) -> Result<Option<Box<dyn Listener>>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// Changes pushed to a reader (PostgreSQL's `LISTEN`); stops when dropped.
+pub(crate) trait Listener: Send {
+    /// Whether it still listens (its connection is up).
+    fn alive(&self) -> bool;
 }
 
 /// The domain's settings as a domain without any keeps them: empty tables,
@@ -502,7 +571,10 @@ pub(crate) fn plan(
     domain: Option<&Domain>,
     change: &Change,
     stamp: &Stamp<'_>,
-) -> Result<Plan, StoreError> {
+) -> Result<Vec<Plan>, StoreError> {
+    if let Change::Import { settings, rules } = change {
+        return text::plan_import(domain_name, domain, settings, rules, stamp);
+    }
     let rules: &[StoredRule] = domain.map_or(&[], |d| &d.rules);
     let settings = domain.map_or_else(|| empty_settings(stamp), |d| d.settings.clone());
     let find = |name: &str| rules.iter().find(|r| r.rule.name == name);
@@ -613,6 +685,7 @@ pub(crate) fn plan(
             };
             (plan, rules.to_vec(), new.clone())
         }
+        Change::Import { .. } => unreachable!("planned above"),
     };
     record::to_def(
         domain_name,
@@ -620,7 +693,7 @@ pub(crate) fn plan(
         rules_after.iter().map(|r| &r.rule),
     )
     .map_err(StoreError::Invalid)?;
-    Ok(plan)
+    Ok(vec![plan])
 }
 
 /// A rule store: domains of rules and settings, every write validated and
@@ -654,6 +727,8 @@ impl fmt::Debug for Store {
 /// A store URL, parsed.
 pub(crate) enum Location {
     Sqlite(std::path::PathBuf),
+    #[cfg(feature = "postgres")]
+    Postgres(Box<postgres::Target>),
 }
 
 impl Location {
@@ -670,6 +745,11 @@ impl Location {
                 }
                 Ok(Location::Sqlite(path.into()))
             }
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => {
+                postgres::Target::parse(url).map(|t| Location::Postgres(Box::new(t)))
+            }
+            #[cfg(not(feature = "postgres"))]
             "postgres" | "postgresql" => Err(StoreError::Unsupported {
                 scheme: scheme.to_owned(),
             }),
@@ -679,9 +759,30 @@ impl Location {
 }
 
 impl Store {
-    /// Opens (creating it if needed) the store at `url`: `sqlite:PATH` or
-    /// `sqlite://PATH` (the same; a relative path is from the working
-    /// directory). Its schema is brought up to date.
+    /// Opens (creating it if needed) the store at `url`, and brings its
+    /// schema up to date:
+    ///
+    /// * `sqlite:PATH` or `sqlite://PATH` (the same; a relative path is from
+    ///   the working directory);
+    /// * `postgres://USER:PASSWORD@HOST:PORT/DATABASE?PARAMS` or
+    ///   `postgresql://…` (feature `postgres`): the store's tables
+    ///   (`sluicegate_*`) in the connection's schema (`options=-c
+    ///   search_path=NAME` picks another), made by the first process to start
+    ///   (concurrent starts wait for it on an advisory lock). `PARAMS` are
+    ///   libpq's that apply (`host=/run/postgresql` for a Unix socket,
+    ///   `connect_timeout`, `application_name`, `options`, ...) and:
+    ///   * `sslmode`: `disable`; `prefer` (the default, as libpq's: TLS if the
+    ///     server offers it, not verified); `require` (TLS, not verified, unless
+    ///     `sslrootcert` is given: then as `verify-ca`); `verify-ca` (the
+    ///     certificate chains to a trusted root); `verify-full` (and names the
+    ///     host). TLS is rustls with the ring provider;
+    ///   * `sslrootcert`: the trusted roots (a PEM file; `system` or unset:
+    ///     the system's store and the Mozilla roots);
+    ///   * `sslcert`, `sslkey`: a client certificate and its key (PEM files).
+    ///
+    /// Every call waits for its answer on the calling thread (on a runtime of
+    /// the store's own, so it may be called from inside an async runtime too,
+    /// where it blocks that worker for the round trip).
     ///
     /// ```
     /// use sluicegate_policy::store::{Store, StoreError};
@@ -697,6 +798,8 @@ impl Store {
     pub(crate) fn open_with(url: &str, create: bool) -> Result<Store, StoreError> {
         let backend: Arc<dyn Backend> = match Location::parse(url)? {
             Location::Sqlite(path) => Arc::new(sqlite::Sqlite::open(url, &path, create)?),
+            #[cfg(feature = "postgres")]
+            Location::Postgres(target) => Arc::new(postgres::Postgres::open(url, *target, create)?),
         };
         Ok(Store {
             backend,
@@ -824,7 +927,7 @@ impl Store {
         by: &str,
     ) -> Result<StoredRule, StoreError> {
         let change = Change::Create { rule, position };
-        rule_after(self.write(domain, by, &change)?)
+        rule_after(one(self.write(domain, by, &change)?)?)
     }
 
     /// Replaces the rule of `rule.name`, which must be at `version`
@@ -852,7 +955,7 @@ impl Store {
             position,
             version,
         };
-        rule_after(self.write(domain, by, &change)?)
+        rule_after(one(self.write(domain, by, &change)?)?)
     }
 
     /// Deletes the rule `name`, which must be at `version`.
@@ -903,7 +1006,7 @@ impl Store {
         by: &str,
     ) -> Result<StoredSettings, StoreError> {
         let change = Change::Settings { settings, version };
-        match self.write(domain, by, &change)?.after {
+        match one(self.write(domain, by, &change)?)?.after {
             Some(Record::Settings(s)) => Ok(s),
             _ => Err(StoreError::Corrupt(
                 "a settings write saved no settings".into(),
@@ -944,13 +1047,61 @@ impl Store {
         Ok(AuditPage { entries, next })
     }
 
-    fn write(&self, domain: &str, by: &str, change: &Change) -> Result<Plan, StoreError> {
+    pub(crate) fn write(
+        &self,
+        domain: &str,
+        by: &str,
+        change: &Change,
+    ) -> Result<Vec<Plan>, StoreError> {
         if domain.is_empty() {
             return Err(StoreError::NotFound("domain with an empty name".into()));
         }
         self.backend
             .write(domain, by, &mut |d, stamp| plan(domain, d, change, stamp))
     }
+}
+
+/// A stored version (a database integer) as a record's.
+pub(crate) fn version(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// A record's version as a database integer.
+pub(crate) fn sql_version(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A record as the JSON a backend stores.
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// A stored record's JSON decoded; `what` names it in the error.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+/// The one plan of a single-record write.
+fn one(plans: Vec<Plan>) -> Result<Plan, StoreError> {
+    plans
+        .into_iter()
+        .next()
+        .ok_or_else(|| StoreError::Corrupt("a write saved nothing".into()))
+}
+
+pub(crate) fn listen(
+    store: &Store,
+    domain: &str,
+    thread: std::thread::Thread,
+) -> Result<Option<Box<dyn Listener>>, StoreError> {
+    store.backend.listen(domain, thread)
+}
+
+pub(crate) fn reopen_per_poll(store: &Store) -> bool {
+    store.backend.reopen_per_poll()
 }
 
 fn rule_after(plan: Plan) -> Result<StoredRule, StoreError> {

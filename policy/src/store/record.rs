@@ -1,5 +1,6 @@
 //! The records a store keeps: a rule (the fields of a TOML `[[rule]]`), a
-//! domain's settings (its `[defaults]`, `[redis]` and `[state]` tables), each
+//! domain's settings (its `[defaults]`, `[redis]`, `[state]` and `[shared]`
+//! tables), each
 //! with its version and timestamps; and how a domain becomes a [`PolicyDef`].
 
 use std::collections::BTreeMap;
@@ -163,10 +164,10 @@ impl RuleRecord {
     }
 }
 
-/// A domain's settings: its `[defaults]`, `[redis]` and `[state]` tables, one
-/// record beside its rules. Kept as JSON with the tables' names, so a table
-/// added to the rule format (such as `[shared]`) is one more optional field here,
-/// not a schema migration.
+/// A domain's settings: its `[defaults]`, `[redis]`, `[state]` and `[shared]`
+/// tables, one record beside its rules. Kept as JSON with the tables' names, so
+/// a table added to the rule format is one more optional field here, not a
+/// schema migration.
 ///
 /// ```
 /// use sluicegate_policy::store::{Defaults, DomainSettings};
@@ -185,6 +186,9 @@ pub struct DomainSettings {
     /// `[state]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StateTable>,
+    /// `[shared]` (a policy built from it needs the crate's `shared` feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedTable>,
 }
 
 /// The `[defaults]` table: what a rule that does not set a field takes.
@@ -249,6 +253,20 @@ pub struct RedisTable {
 pub struct StateTable {
     /// `memory`: a size as a rule file writes it (`"64 MiB"`).
     pub memory: String,
+}
+
+/// The `[shared]` table: the shared-memory region the domain's keyed rules keep
+/// their keys in.
+///
+/// ```
+/// let s = sluicegate_policy::store::SharedTable { path: "api-limits".into() };
+/// assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"path":"api-limits"}"#);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedTable {
+    /// `path`: a name (under `/dev/shm`) or a path.
+    pub path: String,
 }
 
 /// What every stored record carries beside its fields.
@@ -341,7 +359,7 @@ pub struct Domain {
     pub name: String,
     /// The number of its last change: what readers poll.
     pub version: u64,
-    /// `[defaults]`, `[redis]`, `[state]`.
+    /// `[defaults]`, `[redis]`, `[state]`, `[shared]`.
     pub settings: StoredSettings,
     /// The rules, by position then name.
     pub rules: Vec<StoredRule>,
@@ -420,6 +438,9 @@ pub(crate) fn to_def<'a>(
     }
     if let Some(s) = &settings.state {
         b = b.state_memory(s.memory.as_str());
+    }
+    if let Some(s) = &settings.shared {
+        b = b.shared_path(s.path.as_str());
     }
     b.rules(rules.into_iter().map(RuleRecord::builder)).build()
 }

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 
 use super::{
     Action, AuditEntry, Backend, Cursor, Domain, Meta, Plan, Planner, Record, RuleRecord, Stamp,
-    StoreError, StoredRule, StoredSettings,
+    StoreError, StoredRule, StoredSettings, decode, json, sql_version, version,
 };
 
 /// The schema, one script per version (version = index + 1). Never edit one
@@ -139,22 +139,6 @@ fn time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-fn version(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
-fn sql_version(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-fn decode<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
-}
-
 /// Reads a domain in the transaction (or connection) `c`.
 fn read_domain(c: &Connection, url: &str, name: &str) -> Result<Option<Domain>, StoreError> {
     let down = |e: rusqlite::Error| StoreError::unavailable(url, e);
@@ -230,6 +214,78 @@ fn read_domain(c: &Connection, url: &str, name: &str) -> Result<Option<Domain>, 
     }))
 }
 
+/// Saves one plan of a write, and its audit entry, in the transaction `tx`.
+fn save(
+    tx: &Connection,
+    domain: &str,
+    p: &Plan,
+    v: i64,
+    at: i64,
+    by: &str,
+) -> Result<(), SaveError> {
+    match (&p.after, &p.rule) {
+        (Some(Record::Rule(r)), _) => {
+            tx.execute(
+                "INSERT INTO rules (domain, name, position, rule, version, created_at, updated_at, updated_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (domain, name) DO UPDATE SET position = excluded.position,
+                   rule = excluded.rule, version = excluded.version,
+                   updated_at = excluded.updated_at, updated_by = excluded.updated_by",
+                params![
+                    domain,
+                    r.rule.name,
+                    r.position,
+                    json(&r.rule)?,
+                    v,
+                    millis(r.meta.created_at),
+                    at,
+                    by
+                ],
+            )?;
+        }
+        (Some(Record::Settings(s)), _) => {
+            tx.execute(
+                "UPDATE domains SET settings = ?2, settings_version = ?3, updated_at = ?4, updated_by = ?5
+                 WHERE name = ?1",
+                params![domain, json(&s.settings)?, v, at, by],
+            )?;
+        }
+        (None, Some(name)) => {
+            tx.execute(
+                "DELETE FROM rules WHERE domain = ?1 AND name = ?2",
+                params![domain, name],
+            )?;
+        }
+        (None, None) => {}
+    }
+    let before = p.before.as_ref().map(json).transpose()?;
+    let after = p.after.as_ref().map(json).transpose()?;
+    tx.execute(
+        "INSERT INTO audit (at, by, action, domain, rule, before, after)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![at, by, p.action.name(), domain, p.rule, before, after],
+    )?;
+    Ok(())
+}
+
+/// A failed save: the database's error, or a record that does not encode.
+enum SaveError {
+    Db(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for SaveError {
+    fn from(e: rusqlite::Error) -> Self {
+        SaveError::Db(e)
+    }
+}
+
+impl From<StoreError> for SaveError {
+    fn from(e: StoreError) -> Self {
+        SaveError::Store(e)
+    }
+}
+
 impl Backend for Sqlite {
     fn domains(&self) -> Result<Vec<String>, StoreError> {
         let c = self.conn();
@@ -265,7 +321,12 @@ impl Backend for Sqlite {
             .map_err(self.down())
     }
 
-    fn write(&self, domain: &str, by: &str, plan: &mut Planner<'_>) -> Result<Plan, StoreError> {
+    fn write(
+        &self,
+        domain: &str,
+        by: &str,
+        plan: &mut Planner<'_>,
+    ) -> Result<Vec<Plan>, StoreError> {
         let mut c = self.conn();
         // IMMEDIATE: the write lock from the first read, so the domain the plan
         // is checked against is the one it is saved over.
@@ -280,8 +341,11 @@ impl Backend for Sqlite {
             by,
             version: current.as_ref().map_or(0, |d| d.version) + 1,
         };
-        // Dropping `tx` on an error rolls everything back.
-        let p = plan(current.as_ref(), &stamp)?;
+        // Dropping `tx` on an error (or with nothing to save) rolls it back.
+        let plans = plan(current.as_ref(), &stamp)?;
+        if plans.is_empty() {
+            return Ok(plans);
+        }
         let at = millis(stamp.at);
         let v = sql_version(stamp.version);
         let down = self.down();
@@ -299,54 +363,18 @@ impl Backend for Sqlite {
             )
             .map_err(&down)?;
         }
-        match (&p.after, &p.rule) {
-            (Some(Record::Rule(r)), _) => {
-                tx.execute(
-                    "INSERT INTO rules (domain, name, position, rule, version, created_at, updated_at, updated_by)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                     ON CONFLICT (domain, name) DO UPDATE SET position = excluded.position,
-                       rule = excluded.rule, version = excluded.version,
-                       updated_at = excluded.updated_at, updated_by = excluded.updated_by",
-                    params![
-                        domain,
-                        r.rule.name,
-                        r.position,
-                        json(&r.rule)?,
-                        v,
-                        millis(r.meta.created_at),
-                        at,
-                        by
-                    ],
-                )
-                .map_err(&down)?;
-            }
-            (Some(Record::Settings(s)), _) => {
-                tx.execute(
-                    "UPDATE domains SET settings = ?2, settings_version = ?3, updated_at = ?4, updated_by = ?5
-                     WHERE name = ?1",
-                    params![domain, json(&s.settings)?, v, at, by],
-                )
-                .map_err(&down)?;
-            }
-            (None, Some(name)) => {
-                tx.execute(
-                    "DELETE FROM rules WHERE domain = ?1 AND name = ?2",
-                    params![domain, name],
-                )
-                .map_err(&down)?;
-            }
-            (None, None) => {}
+        for p in &plans {
+            save(&tx, domain, p, v, at, by).map_err(|e| match e {
+                SaveError::Db(e) => down(e),
+                SaveError::Store(e) => e,
+            })?;
         }
-        let before = p.before.as_ref().map(json).transpose()?;
-        let after = p.after.as_ref().map(json).transpose()?;
-        tx.execute(
-            "INSERT INTO audit (at, by, action, domain, rule, before, after)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![at, by, p.action.name(), domain, p.rule, before, after],
-        )
-        .map_err(&down)?;
         tx.commit().map_err(&down)?;
-        Ok(p)
+        Ok(plans)
+    }
+
+    fn reopen_per_poll(&self) -> bool {
+        true
     }
 
     fn audit(
