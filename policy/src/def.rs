@@ -112,17 +112,20 @@ pub struct RedisSettings {
     pub url: String,
     /// Prefix of every Redis key of this policy (default `sluicegate:`).
     pub prefix: String,
-    /// `hybrid` rules on token and leaky buckets: how long a lease is sized to
-    /// last at a key's own rate (`lease_horizon_ms`; `None`: the factory's, 100 ms
-    /// by default). Longer leases answer more checks locally for keys seen a few
-    /// times a second.
+    /// `hybrid` rules: how far back a key's own rate is averaged, the rate
+    /// that sizes its leases (`lease_horizon_ms`; `None`: the factory's, 1 s by
+    /// default). See `sluicegate_redis::HybridConfig::horizon`.
     pub lease_horizon: Option<Duration>,
-    /// `hybrid` rules: leased units not spent within this long are dropped
-    /// (`lease_ttl_ms`; `None`: the factory's, 250 ms by default). It is the `L`
-    /// of the token bucket's over-admission bound `b + r·(Δ + L)` per process. A
-    /// window's lease ends with its window if that is sooner, and is sized to
-    /// last until it ends: set it to the window's length for windows with many
-    /// keys, each seen a few times a window.
+    /// `hybrid` rules on token and leaky buckets: leased units not spent within
+    /// this long are dropped (`lease_ttl_ms`; `None`: the factory's, 500 ms by
+    /// default), and a lease is sized for the key's demand over it, so a key at
+    /// a steady rate makes at most one round trip per TTL. It is the `L` of the
+    /// over-admission bound, which holds **for the whole fleet** (every process
+    /// sharing the Redis key, together): at most `b + r·(Δ + L)` admitted over
+    /// any interval `Δ` (burst `b`, rate `r`), and at most `b + r·Δ + N·b` with
+    /// `N` processes. Window rules ignore it: a window's lease is sized for the
+    /// key's expected demand in the window and ends with it, and a fleet never
+    /// admits more than the window's limit (see `sluicegate_redis::hybrid`).
     pub lease_ttl: Option<Duration>,
 }
 

@@ -253,6 +253,21 @@ impl Policy {
         self.core.current.load().def.clone()
     }
 
+    /// Whether a rule in force keeps its state on a shared backend (`redis`,
+    /// `hybrid`): a check may then wait for a round trip, and a binding that
+    /// must not block (an event loop) awaits [`Self::check_n_async`] instead of
+    /// calling [`Self::check_n`]. Follows reloads.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("[[rule]]\nname = \"a\"\nlimit = \"1/s\"\n")?;
+    /// assert!(!p.has_remote_rules());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    pub fn has_remote_rules(&self) -> bool {
+        self.core.current.load().remote
+    }
+
     /// Checks one request of cost 1 now (the policy's clock).
     ///
     /// ```

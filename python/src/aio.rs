@@ -167,3 +167,49 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
             .map_or_else(|| "(no message)".to_owned(), |s| (*s).to_owned()),
     }
 }
+
+/// The runtime that polls `Policy.check_async`'s futures once they wait: one
+/// current-thread Tokio runtime per process, driven by its own thread
+/// (`sluicegate-policy`), started on first use (a forked child has none of its
+/// parent's threads, so it starts its own; the parent's handle is let go).
+/// Its tasks only await round trips that run on their rules' own runtimes, and
+/// give back local charges when dropped, so one thread is plenty and needs no
+/// timer or I/O driver.
+fn driver() -> Option<Handle> {
+    static CURRENT: Mutex<Option<(u32, Handle)>> = Mutex::new(None);
+    let mut current = CURRENT.lock().unwrap_or_else(PoisonError::into_inner);
+    let pid = std::process::id();
+    if let Some((p, h)) = current.as_ref() {
+        if *p == pid {
+            return Some(h.clone());
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().build().ok()?;
+    let handle = rt.handle().clone();
+    std::thread::Builder::new()
+        .name("sluicegate-policy".into())
+        .spawn(move || rt.block_on(std::future::pending::<()>()))
+        .ok()?;
+    *current = Some((pid, handle.clone()));
+    Some(handle)
+}
+
+/// An asyncio future (of the running loop) of `fut`'s result, `fut` polled on
+/// the policy driver (`driver`). Unlike [`spawn`], cancelling the asyncio
+/// future drops `fut` (`pyo3-async-runtimes` cancels it when polled next): a
+/// policy check's drop guard then gives back what its local rules charged.
+/// The round trips it awaits run on their rules' runtimes either way.
+pub fn drive<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let locals = TaskLocals::with_running_loop(py)?;
+    let (Some(_), Some(rt)) = (completer(), driver()) else {
+        return Err(PyRuntimeError::new_err(
+            "cannot start the threads that complete async policy checks",
+        ));
+    };
+    let _in = rt.enter();
+    generic::future_into_py_with_locals::<Home, _, T>(py, locals, fut)
+}

@@ -38,6 +38,7 @@ fn _sluicegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<keyed::PyKeyedStats>()?;
     m.add_class::<policy::PyPolicy>()?;
+    m.add_class::<policy::PyPendingCheck>()?;
     m.add_class::<rules::PyRule>()?;
     m.add_class::<policy::PyPolicyDecision>()?;
     m.add_class::<policy::PyRuleDecision>()?;

@@ -77,6 +77,116 @@ fn pairs<'py>(
     Ok(out)
 }
 
+/// The `headers` and `**attrs` arguments of a check as `(name, value)` pairs.
+type AttrObjs<'py> = Vec<(Bound<'py, PyString>, Bound<'py, PyString>)>;
+
+fn attr_objs<'py>(
+    headers: Option<&Bound<'py, PyAny>>,
+    attrs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<(AttrObjs<'py>, AttrObjs<'py>)> {
+    let header_objs = match headers {
+        Some(h) if !h.is_none() => pairs(h, "headers")?,
+        _ => Vec::new(),
+    };
+    let extra_objs = match attrs {
+        Some(d) => pairs(d.as_any(), "attributes")?,
+        None => Vec::new(),
+    };
+    Ok((header_objs, extra_objs))
+}
+
+/// A check's attributes, borrowed from its arguments (header names lower-cased
+/// only when they are not already).
+fn call_attrs<'a>(
+    (ip, path, method, host): (
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+    ),
+    header_objs: &'a AttrObjs<'_>,
+    extra_objs: &'a AttrObjs<'_>,
+) -> PyResult<CallAttrs<'a>> {
+    let mut call = CallAttrs {
+        ip,
+        path,
+        method,
+        host,
+        headers: Vec::with_capacity(header_objs.len()),
+        extra: Vec::with_capacity(extra_objs.len()),
+    };
+    for (k, v) in header_objs {
+        let k = k.to_str()?;
+        let k = if k.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(k.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(k)
+        };
+        call.headers.push((k, v.to_str()?));
+    }
+    for (k, v) in extra_objs {
+        call.extra.push((k.to_str()?, v.to_str()?));
+    }
+    Ok(call)
+}
+
+/// A check's attributes copied out of Python, for an async check that outlives
+/// its call.
+struct OwnedAttrs {
+    ip: Option<String>,
+    path: Option<String>,
+    method: Option<String>,
+    host: Option<String>,
+    headers: Vec<(String, String)>,
+    extra: Vec<(String, String)>,
+}
+
+impl From<&CallAttrs<'_>> for OwnedAttrs {
+    fn from(c: &CallAttrs<'_>) -> Self {
+        let owned = |s: Option<&str>| s.map(str::to_owned);
+        Self {
+            ip: owned(c.ip),
+            path: owned(c.path),
+            method: owned(c.method),
+            host: owned(c.host),
+            headers: c
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_ref().to_owned(), (*v).to_owned()))
+                .collect(),
+            extra: c
+                .extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+}
+
+impl Attrs for OwnedAttrs {
+    #[inline]
+    fn get(&self, name: &str) -> Option<&str> {
+        match name {
+            "ip" => self.ip.as_deref(),
+            "path" => self.path.as_deref(),
+            "method" => self.method.as_deref(),
+            "host" => self.host.as_deref(),
+            _ => match name.strip_prefix("header:") {
+                Some(h) => self
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == h)
+                    .map(|(_, v)| v.as_str()),
+                None => self
+                    .extra
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.as_str()),
+            },
+        }
+    }
+}
+
 /// Rate-limit rules from a TOML file or string (see the README's Policies section).
 ///
 /// >>> p = Policy.from_str('[[rule]]\nname = "login"\nmatch = { path = "/login" }\nkey = ["ip"]\nlimit = "2/minute"\n')
@@ -257,34 +367,8 @@ impl PyPolicy {
         cost: Cost,
         attrs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyPolicyDecision> {
-        let header_objs = match headers {
-            Some(h) if !h.is_none() => pairs(h, "headers")?,
-            _ => Vec::new(),
-        };
-        let extra_objs = match attrs {
-            Some(d) => pairs(d.as_any(), "attributes")?,
-            None => Vec::new(),
-        };
-        let mut call = CallAttrs {
-            ip,
-            path,
-            method,
-            host,
-            headers: Vec::with_capacity(header_objs.len()),
-            extra: Vec::with_capacity(extra_objs.len()),
-        };
-        for (k, v) in &header_objs {
-            let k = k.to_str()?;
-            let k = if k.bytes().any(|b| b.is_ascii_uppercase()) {
-                Cow::Owned(k.to_ascii_lowercase())
-            } else {
-                Cow::Borrowed(k)
-            };
-            call.headers.push((k, v.to_str()?));
-        }
-        for (k, v) in &extra_objs {
-            call.extra.push((k.to_str()?, v.to_str()?));
-        }
+        let (header_objs, extra_objs) = attr_objs(headers, attrs)?;
+        let call = call_attrs((ip, path, method, host), &header_objs, &extra_objs)?;
         // The buffer of a decision this thread dropped earlier: no allocation once
         // warm.
         let mut inner = SPARE.with(Cell::take).unwrap_or_default();
@@ -295,6 +379,46 @@ impl PyPolicy {
             self.inner.check_n_into(&call, cost.0, &mut inner);
         }
         Ok(PyPolicyDecision { inner })
+    }
+
+    /// `check` as a coroutine: a rule on Redis (`redis`, `hybrid`) is awaited,
+    /// never blocking the event loop (concurrent checks pipeline on the rule's
+    /// connection); what the process can decide alone (local rules, a hybrid
+    /// rule's lease) is decided when the coroutine is first awaited, on the
+    /// calling thread. The arguments are checked at the call, as `check`'s.
+    /// Cancelled while it waits for Redis, the check gives back what its local
+    /// rules had charged (a call already sent to Redis may still be charged
+    /// there: early to limit, never late).
+    #[pyo3(signature = (*, ip = None, path = None, method = None, host = None, headers = None, cost = Cost::ONE, **attrs))]
+    #[allow(clippy::too_many_arguments)]
+    fn check_async<'py>(
+        &self,
+        py: Python<'py>,
+        ip: Option<&str>,
+        path: Option<&str>,
+        method: Option<&str>,
+        host: Option<&str>,
+        headers: Option<&Bound<'py, PyAny>>,
+        cost: Cost,
+        attrs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (header_objs, extra_objs) = attr_objs(headers, attrs)?;
+        let call = call_attrs((ip, path, method, host), &header_objs, &extra_objs)?;
+        let pending = PyPendingCheck {
+            start: Mutex::new(Some((
+                Arc::clone(&self.inner),
+                OwnedAttrs::from(&call),
+                cost.0,
+            ))),
+        };
+        crate::wait::coroutine(py, "policy_check", (pending,))
+    }
+
+    /// Whether a rule in force lives on Redis (`redis` or `hybrid`): its checks
+    /// may wait for a round trip, so an event loop awaits `check_async`.
+    #[getter]
+    fn has_remote_rules(&self) -> bool {
+        self.inner.has_remote_rules()
     }
 
     /// Re-reads the file (or `text`): validated first; on error the old rules stay
@@ -368,6 +492,52 @@ impl PyPolicy {
             }
             (None, None) => format!("Policy.from_str(...) ({n} rules)"),
         }
+    }
+}
+
+/// An awaited `Policy.check_async` before it starts: what `_aio.policy_check`
+/// runs when the coroutine is first awaited (a coroutine never awaited charges
+/// nothing).
+#[pyclass(frozen, name = "_PendingCheck", module = "sluicegate._sluicegate")]
+pub struct PyPendingCheck {
+    start: Mutex<Option<(Arc<Policy>, OwnedAttrs, u64)>>,
+}
+
+#[pymethods]
+impl PyPendingCheck {
+    /// Runs the check as far as this process can take it: its decision, or,
+    /// when it waits for Redis, an asyncio future of it (cancelling the future
+    /// drops the check, which gives back its local charges). Once only.
+    fn start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let taken = self
+            .start
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some((policy, attrs, n)) = taken else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "this check has started already",
+            ));
+        };
+        let mut inner = SPARE.with(Cell::take).unwrap_or_default();
+        if !policy.has_remote_rules() {
+            policy.check_n_into(&attrs, n, &mut inner);
+            return Ok(Bound::new(py, PyPolicyDecision { inner })?.into_any());
+        }
+        let mut check: std::pin::Pin<
+            Box<dyn std::future::Future<Output = PyResult<PyPolicyDecision>> + Send>,
+        > = Box::pin(async move {
+            policy.check_n_into_async(&attrs, n, &mut inner).await;
+            Ok(PyPolicyDecision { inner })
+        });
+        // The first poll here: local rules and lease hits decide at once, with
+        // no hand-over to another thread; a round trip has been handed to its
+        // rule's runtime when it returns pending.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready(d) = check.as_mut().poll(&mut cx) {
+            return Ok(Bound::new(py, d?)?.into_any());
+        }
+        crate::aio::drive(py, check)
     }
 }
 

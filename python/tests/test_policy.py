@@ -4,6 +4,7 @@ servers on loopback (uvicorn, and wsgiref's WSGI server)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import socket
@@ -259,3 +260,16 @@ def test_policy_check_speed() -> None:
         best = min(best, (time.perf_counter() - t) / n)
     assert best < 20e-6, f"{best * 1e6:.2f} µs per policy.check"
     assert sluicegate.Policy is Policy
+
+
+def test_check_async_without_remote_rules_decides_at_once() -> None:
+    p = sluicegate.Policy.from_str('[[rule]]\nname = "a"\nkey = ["ip"]\nlimit = "2/minute"\n')
+    assert not p.has_remote_rules
+
+    async def main() -> list[bool]:
+        return [bool(await p.check_async(ip="192.0.2.1")) for _ in range(3)]
+
+    assert asyncio.run(main()) == [True, True, False]
+    # Sync and async share the state.
+    assert not p.check(ip="192.0.2.1")
+    assert p.check(ip="192.0.2.2")

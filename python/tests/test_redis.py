@@ -734,3 +734,164 @@ backend = "hybrid"
     dead = text.replace(url, f"redis://127.0.0.1:{_free_port()}")
     d = sluicegate.Policy.from_str(dead).check(tenant="acme")
     assert not d and d.rules[0].backend_error
+
+
+def _policy_text(url: str, name: str, backend: str = "redis") -> str:
+    # A local rule (per tenant, 3 an hour: its charge is what a cancelled check
+    # must give back) and a rule on Redis, answered by on_error = "open" when
+    # Redis does not answer in time (so a timed-out check keeps the local charge).
+    return f"""
+[redis]
+url = "{url}"
+prefix = "{name}:"
+
+[[rule]]
+name = "local"
+key = ["tenant"]
+limit = "3/hour"
+
+[[rule]]
+name = "shared"
+key = ["tenant"]
+limit = "1000/hour"
+backend = "{backend}"
+on_error = "open"
+"""
+
+
+def test_policy_check_async_decides_like_check(url: str) -> None:
+    name = _name()
+    a, b = sluicegate.Policy.from_str(_policy_text(url, name)), sluicegate.Policy.from_str(_policy_text(url, name))
+    assert a.has_remote_rules and not sluicegate.Policy.from_str('[[rule]]\nname = "x"\nlimit = "1/s"\n').has_remote_rules
+
+    async def main() -> list[tuple[bool, int, int]]:
+        out = []
+        for _ in range(4):
+            d = await a.check_async(tenant="t", headers={"X-Ignored": "1"})
+            out.append((bool(d), d.rules[0].remaining, d.rules[1].remaining))
+        # Concurrent checks of other tenants pipeline; each is admitted once.
+        got = await asyncio.gather(*(a.check_async(tenant=f"c{i}") for i in range(50)))
+        assert all(got)
+        return out
+
+    got = asyncio.run(main())
+    # Local 3/hour admits three; the fourth is denied (its Redis rule only
+    # peeked: what a unit would leave) and charges Redis nothing.
+    assert got == [(True, 2, 999), (True, 1, 998), (True, 0, 997), (False, 0, 996)]
+    # The Redis rule's count is shared with another policy on the same prefix:
+    # three units charged, so this fourth leaves 996.
+    assert b.check(tenant="t").rules[1].remaining == 996
+    # Arguments are checked at the call, not when awaited.
+    with pytest.raises(TypeError):
+        a.check_async(tenant=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        a.check_async(cost=-1)
+    # A coroutine never awaited charges nothing.
+    c = a.check_async(tenant="u")
+    c.close()
+    assert b.check(tenant="u").rules[0].remaining == 2
+
+
+def test_cancelling_policy_check_async_gives_back_the_local_charge(url: str) -> None:
+    # Redis paused: the check has charged its local rule and waits for the Redis
+    # rule's round trip; cancelled then (well inside the rule's 25 ms timeout),
+    # the dropped check gives the local unit back. A run whose cancel came late
+    # (a starved machine) is repeated, at most 3 times.
+    for _attempt in range(3):
+        p = sluicegate.Policy.from_str(_policy_text(url, _name()))
+        assert p.check(tenant="warm")  # connected, script loaded
+
+        async def main() -> float:
+            _pause(url, 300)
+            try:
+                task = asyncio.create_task(p.check_async(tenant="t"))
+                t0 = time.monotonic()
+                await asyncio.sleep(0.003)
+                task.cancel()
+                late = time.monotonic() - t0
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                return late
+            finally:
+                _redis(url, "CLIENT UNPAUSE")
+
+        late = asyncio.run(main())
+        if late > 0.015:
+            continue
+        time.sleep(0.05)
+        # Given back: the local rule still has all 3 (this check takes one).
+        d = p.check(tenant="t")
+        assert d and d.rules[0].remaining == 2, d.rules
+        return
+    pytest.fail("the cancel never came within 15 ms of the check (machine too busy)")
+
+
+def test_policy_check_async_leaves_the_loop_free_while_redis_waits(url: str) -> None:
+    p = sluicegate.Policy.from_str(_policy_text(url, _name()).replace('on_error = "open"', 'on_error = "closed"'))
+    assert p.check(tenant="warm")
+
+    async def main() -> tuple[int, bool]:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.005)
+        _pause(url, 100)
+        try:
+            d = await p.check_async(tenant="t")
+        finally:
+            _redis(url, "CLIENT UNPAUSE")
+        ticker.cancel()
+        return ticks, bool(d)
+
+    ticks, allowed = asyncio.run(main())
+    # The check waited for the rule's timeout (on_error closed denies) while the
+    # loop ran on.
+    assert not allowed
+    assert ticks >= 5, ticks
+
+
+def test_asgi_middleware_awaits_policy_rules_on_redis(url: str) -> None:
+    from sluicegate.asgi import RateLimitMiddleware
+
+    p = sluicegate.Policy.from_str(_policy_text(url, _name(), backend="hybrid").replace('key = ["tenant"]', 'key = ["ip"]'))
+    app = RateLimitMiddleware(Starlette(routes=[Route("/", _hello)]), policy=p)
+
+    async def main() -> list[int]:
+        transport = httpx.ASGITransport(app=app, client=("192.0.2.7", 1234))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return [(await client.get("/")).status_code for _ in range(4)]
+
+    assert asyncio.run(main()) == [200, 200, 200, 429]
+
+
+def test_hybrid_lease_settings_are_the_rule_files_in_seconds(url: str) -> None:
+    opts = RedisOptions(url, timeout=0.5)
+    with pytest.raises(ValueError, match="hybrid=True"):
+        RedisKeyedLimiter("20/second", name=_name(), redis=opts, lease_ttl=2.0)
+    for bad in (0.0, -1.0, 3601.0, float("nan")):
+        with pytest.raises(ValueError, match="lease_horizon"):
+            RedisKeyedLimiter("20/second", name=_name(), redis=opts, hybrid=True, lease_horizon=bad)
+    # 50 keys, each checked 10 times a second (half its rate) for a second: a
+    # key's first two checks make round trips (its rate is not known before),
+    # then its lease holds what it spends in lease_ttl.
+    h = RedisKeyedLimiter("20/second", name=_name(), redis=opts, hybrid=True, lease_horizon=1.0, lease_ttl=2.0)
+    start = time.monotonic()
+    admitted = 0
+    for t in range(10):
+        for i in range(50):
+            delay = start + t / 10 + i / 500 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            admitted += bool(h.check(f"user-{i}"))
+    stats = h.hybrid_stats
+    assert stats is not None and admitted == 500
+    assert stats["local"] >= 0.7 * 500, stats
+    # In hybrid mode the coroutine goes through the lease front too.
+    got = asyncio.run(h.check_async("user-0"))
+    assert got and h.hybrid_stats is not None and h.hybrid_stats["local"] == stats["local"] + 1

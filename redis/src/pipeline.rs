@@ -43,7 +43,7 @@ impl RedisLimiter {
             let replies = if failed {
                 group.iter().map(|_| Err(Error::Timeout)).collect()
             } else {
-                self.pipelined(group).await
+                self.pipelined(group, Mode::Consume).await
             };
             failed = failed
                 || replies
@@ -56,10 +56,14 @@ impl RedisLimiter {
         out
     }
 
-    /// One pipeline of `EVALSHA`s for `items` (one write, one read); the items
+    /// One pipeline of `EVALSHA`s for `items` in `mode` (one write, one read); the items
     /// that got `NOSCRIPT` (they did not run) go again as `EVAL`s. An item above
     /// the capacity is its error, never sent.
-    async fn pipelined(&self, items: &[(&str, u64)]) -> Vec<Result<Reply, Error>> {
+    pub(crate) async fn pipelined(
+        &self,
+        items: &[(&str, u64)],
+        mode: Mode,
+    ) -> Vec<Result<Reply, Error>> {
         let inner = &self.inner;
         let link = &inner.link;
         let mut results: Vec<Option<Result<Reply, Error>>> = items
@@ -96,9 +100,11 @@ impl RedisLimiter {
             for &j in &pending {
                 let (key, n) = items[j];
                 let limit = &inner.limit;
-                pipe.add_command(inner.scripts.command(eval, &self.redis_key(key), |c| {
-                    limit.push_args(c, n, Mode::Consume)
-                }));
+                pipe.add_command(
+                    inner
+                        .scripts
+                        .command(eval, &self.redis_key(key), |c| limit.push_args(c, n, mode)),
+                );
             }
             // The server runs a pipeline's scripts one after another: its timeout
             // grows with its length (one more timeout per 128 calls).

@@ -250,30 +250,6 @@ fn hybrid(name: &str, limit: Limit, hc: HybridConfig) -> HybridLimiter {
     HybridLimiter::new(rl, hc).unwrap()
 }
 
-/// Whether admissions, each known to lie in Redis time `[before, after]` (µs),
-/// can be spread over the aligned windows of `w_us` with at most `limit` in each.
-/// An admission may lie in any window its interval meets; for intervals over a
-/// line of windows, Hall's condition on every run of consecutive windows `i..=j`
-/// decides it: the admissions that must lie in the run are at most
-/// `(j − i + 1)·limit`. Returns the first run that fails, with its count.
-fn over_limit(admitted: &[(u64, u64)], w_us: u64, limit: u64) -> Option<(u64, u64, u64)> {
-    let spans: Vec<(u64, u64)> = admitted
-        .iter()
-        .map(|&(b, a)| (b / w_us, a / w_us))
-        .collect();
-    let first = spans.iter().map(|s| s.0).min()?;
-    let last = spans.iter().map(|s| s.1).max()?;
-    for i in first..=last {
-        for j in i..=last {
-            let inside = spans.iter().filter(|s| s.0 >= i && s.1 <= j).count() as u64;
-            if inside > (j - i + 1) * limit {
-                return Some((i, j, inside));
-            }
-        }
-    }
-    None
-}
-
 async fn window_steady(alg: Algorithm) {
     let limit = Limit::new(alg, Quota::per_second(2000)).unwrap();
     let h = hybrid(&common::fresh("wsteady"), limit, HybridConfig::default());
@@ -357,7 +333,7 @@ async fn window_fleet(alg: Algorithm) {
         admitted.extend(a);
         checks += c;
     }
-    if let Some((i, j, count)) = over_limit(&admitted, w_us, per_window) {
+    if let Some((i, j, count)) = common::over_limit(&admitted, w_us, per_window) {
         panic!(
             "{alg:?}: {count} admitted in windows {i}..={j}, more than {} allow",
             (j - i + 1) * per_window
@@ -401,12 +377,12 @@ async fn a_fleet_never_exceeds_the_window_limit() {
 fn the_window_count_check_sees_an_excess() {
     // 3 in window 0, 2 that may be in 0 or 1, 1 in window 1: fits 3 per window...
     let mut a = vec![(1, 2), (3, 4), (5, 6), (9, 11), (9, 12), (15, 16)];
-    assert_eq!(over_limit(&a, 10, 3), None);
+    assert_eq!(common::over_limit(&a, 10, 3), None);
     // ...but not 2 (three certainly in window 0), nor, with one more that may be
     // in either, 3 (seven in two windows, though no window certainly holds four).
-    assert_eq!(over_limit(&a, 10, 2), Some((0, 0, 3)));
+    assert_eq!(common::over_limit(&a, 10, 2), Some((0, 0, 3)));
     a.push((8, 13));
-    assert_eq!(over_limit(&a, 10, 3), Some((0, 1, 7)));
+    assert_eq!(common::over_limit(&a, 10, 3), Some((0, 1, 7)));
 }
 
 async fn window_lease_expiry(alg: Algorithm) {

@@ -125,7 +125,12 @@ async fn hybrid_under_sigstop_every_check_is_bounded_and_only_the_probe_waits() 
         cfg(FailurePolicy::Closed),
     )
     .unwrap();
-    let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
+    // Leases of one unit: every check past the first makes a round trip.
+    let one = HybridConfig {
+        max_batch: Some(1),
+        ..HybridConfig::default()
+    };
+    let h = HybridLimiter::new(rl, one).unwrap();
     assert_eq!(h.max_batch(), 1);
     // Warm: connected, the script cached.
     for _ in 0..20 {

@@ -15,6 +15,10 @@
 //! granularity, and a saturated client falls behind) is reported apart, so that
 //! coordinated omission shows instead of hiding.
 //!
+//! `--algorithm token_bucket|fixed_window|sliding_window|...` sets the limit's
+//! algorithm (a TOML rule on every backend, `local` included; without it,
+//! `local` serves envoyproxy/ratelimit YAML and `redis`/`hybrid` a fixed window).
+//!
 //! `--backend redis|hybrid --redis redis://127.0.0.1:6379` gives the in-process
 //! server the same limit as a TOML rule on that backend (a fixed window per
 //! second keyed by the descriptor value, keys under a prefix of this run's own)
@@ -76,9 +80,14 @@ struct Args {
     #[arg(long)]
     redis: Option<String>,
     /// `--backend hybrid`: the rule file's `[redis]` `lease_horizon_ms` and
-    /// `lease_ttl_ms` (default: the policy's, 100 and 250 ms).
+    /// `lease_ttl_ms` (default: the policy's).
     #[arg(long)]
     lease_ms: Option<u64>,
+    /// The limit's algorithm, by its canonical name (`token_bucket`,
+    /// `fixed_window`, `sliding_window`, ...: core's `Kind`); default: a fixed
+    /// window for `redis`/`hybrid`, envoyproxy/ratelimit's own for `local`.
+    #[arg(long)]
+    algorithm: Option<sluicegate::Kind>,
 }
 
 /// The in-process server's backend.
@@ -151,7 +160,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => String::new(),
     };
-    println!("backend={:?} {report}{cpu}{redis_calls}", args.backend);
+    let algorithm = args.algorithm.map_or("", sluicegate::Kind::name);
+    println!(
+        "backend={:?}{}{algorithm} {report}{cpu}{redis_calls}",
+        args.backend,
+        if algorithm.is_empty() {
+            ""
+        } else {
+            " algorithm="
+        }
+    );
     Ok(())
 }
 
@@ -218,12 +236,25 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
     let dir = std::env::temp_dir().join(format!("sluicegate-loadgen-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     match (args.backend, &args.redis) {
+        (Backend::Local, _) if args.algorithm.is_some() => {
+            // The same rule as redis/hybrid's below, on the local backend.
+            let toml = format!(
+                "[[rule]]\nname = \"per-client\"\nkey = [\"client\"]\nlimit = \"{}/second\"\n\
+                 algorithm = \"{}\"\n",
+                args.limit,
+                args.algorithm
+                    .unwrap_or(sluicegate::Kind::FixedWindow)
+                    .name(),
+            );
+            std::fs::write(dir.join("bench.toml"), toml)?;
+        }
         (Backend::Redis | Backend::Hybrid, Some(url)) => {
-            // The YAML limit as a TOML rule: a fixed window per second per value.
+            // The YAML limit as a TOML rule: per second per value, a fixed
+            // window unless --algorithm says otherwise.
             let toml = format!(
                 "[redis]\nurl = \"{url}\"\nprefix = \"loadgen-{}-{}:\"\n{}\n\
                  [[rule]]\nname = \"per-client\"\nkey = [\"client\"]\nlimit = \"{}/second\"\n\
-                 algorithm = \"fixed_window\"\nbackend = \"{}\"\non_error = \"open\"\n",
+                 algorithm = \"{}\"\nbackend = \"{}\"\non_error = \"open\"\n",
                 std::process::id(),
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -232,6 +263,9 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
                     "lease_horizon_ms = {ms}\nlease_ttl_ms = {ms}\n"
                 )),
                 args.limit,
+                args.algorithm
+                    .unwrap_or(sluicegate::Kind::FixedWindow)
+                    .name(),
                 if args.backend == Backend::Redis {
                     "redis"
                 } else {

@@ -1,6 +1,7 @@
 """The asyncio side of ``acquire_async``: the Rust methods hand their waiting to
 these coroutines, which sleep with ``asyncio.sleep`` and so never block the loop;
-and the coroutine of the Redis limiters' ``check_async`` / ``peek_async``."""
+the coroutine of the Redis limiters' ``check_async`` / ``peek_async``; and
+``Policy.check_async``'s."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from ._errors import AcquireTimeout
+from ._sluicegate import PolicyDecision
 
 if TYPE_CHECKING:
-    from ._sluicegate import Decision, Shaper
+    from ._sluicegate import Decision, Shaper, _PendingCheck
 
 _T = TypeVar("_T")
 
@@ -85,3 +87,19 @@ async def native(start: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         return await start(*args)
     finally:
         del start, args
+
+
+async def policy_check(pending: _PendingCheck) -> PolicyDecision:
+    """``Policy.check_async``: ``pending.start()`` decides what the process can
+    decide alone at once (local rules, a hybrid rule's lease) and returns the
+    decision; a check that waits for Redis returns an asyncio future that Rust
+    completes. Cancelling this coroutine cancels that future, which drops the
+    Rust check: its drop guard gives back what its local rules had charged."""
+    try:
+        started = pending.start()
+        if isinstance(started, PolicyDecision):
+            return started
+        decision: PolicyDecision = await started
+        return decision
+    finally:
+        del pending

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Literal, NamedTuple, Protocol, Union
 
 from ._errors import CapacityError
-from ._sluicegate import Decision, KeyedLimiter, ManualClock, Policy, Quota
+from ._sluicegate import Decision, KeyedLimiter, ManualClock, Policy, PolicyDecision, Quota
 
 _LimitSpec = Union[str, Quota, Sequence[Union[str, Quota]]]
 # Unions of one-value Literals (not Literal["a", "b"]) so that the runtime object is
@@ -300,14 +300,27 @@ class HttpLimiter:
         ``RateLimit``/``RateLimit-Policy`` fields carry one item per enforcing rule."""
         assert self.rules is not None
         d = self.rules.check(ip=ip, path=path, method=method, host=host, headers=headers, cost=cost)
-        fields = d.headers()
-        retry = next((int(v) for k, v in fields if k == "Retry-After"), None)
-        extra = [(k, v) for k, v in fields if k != "Retry-After"]
-        detail = ""
-        if not d:
-            names = ", ".join(repr(r.name) for r in d.denying)
-            detail = f"rate limit exceeded ({names}); retry in {retry} s"
-        return Outcome(bool(d), extra, retry, detail)
+        return _policy_outcome(d)
+
+    async def decide_policy_async(
+        self,
+        *,
+        ip: str | None,
+        method: str,
+        path: str,
+        host: str | None,
+        headers: list[tuple[str, str]],
+        cost: int,
+    ) -> Outcome:
+        """:meth:`decide_policy` for the ASGI middleware: a policy with rules on
+        Redis is awaited (``Policy.check_async``), so the event loop never waits
+        on a round trip; one without is checked directly (nothing to await)."""
+        assert self.rules is not None
+        if not self.rules.has_remote_rules:
+            d = self.rules.check(ip=ip, path=path, method=method, host=host, headers=headers, cost=cost)
+        else:
+            d = await self.rules.check_async(ip=ip, path=path, method=method, host=host, headers=headers, cost=cost)
+        return _policy_outcome(d)
 
     def decide(self, rule: Rule, key: str | bytes | int, cost: int) -> Outcome:
         """Checks every limit of the rule all-or-nothing: all are peeked first and
@@ -362,6 +375,17 @@ class HttpLimiter:
             + f". Try again in {retry} second{'s' if retry != 1 else ''}."
         )
         return Outcome(False, headers, retry, detail)
+
+
+def _policy_outcome(d: PolicyDecision) -> Outcome:
+    fields = d.headers()
+    retry = next((int(v) for k, v in fields if k == "Retry-After"), None)
+    extra = [(k, v) for k, v in fields if k != "Retry-After"]
+    detail = ""
+    if not d:
+        names = ", ".join(repr(r.name) for r in d.denying)
+        detail = f"rate limit exceeded ({names}); retry in {retry} s"
+    return Outcome(bool(d), extra, retry, detail)
 
 
 async def _call(table: Table, what: str, key: str | bytes | int, cost: int) -> Decision:

@@ -1,6 +1,6 @@
 # Hand-written stubs for the Rust extension module; checked against the installed
 # package by `python -m mypy.stubtest sluicegate` (scripts/test-python).
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from datetime import timedelta
 from os import PathLike
 from typing import Any, Literal, TypedDict, final
@@ -12,6 +12,7 @@ from ._errors import BackendError
 __all__ = [
     "__version__",
     "_Limiter",
+    "_PendingCheck",
     "_RedisLimiter",
     "_shared_open",
     "_shared_unlink",
@@ -334,6 +335,8 @@ class RedisKeyedLimiter(_RedisLimiter):
         algorithm: _RedisAlgorithm = "token_bucket",
         max_delay: float | None = None,
         hybrid: bool = False,
+        lease_horizon: float | None = None,
+        lease_ttl: float | None = None,
         amount: int | None = None,
         period: _Period | None = None,
         burst: int | None = None,
@@ -361,6 +364,8 @@ class RedisLimiter(_RedisLimiter):
         algorithm: _RedisAlgorithm = "token_bucket",
         max_delay: float | None = None,
         hybrid: bool = False,
+        lease_horizon: float | None = None,
+        lease_ttl: float | None = None,
         amount: int | None = None,
         period: _Period | None = None,
         burst: int | None = None,
@@ -494,6 +499,19 @@ class Policy:
         cost: int = ...,
         **attrs: str,
     ) -> PolicyDecision: ...
+    def check_async(
+        self,
+        *,
+        ip: str | None = None,
+        path: str | None = None,
+        method: str | None = None,
+        host: str | None = None,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        cost: int = ...,
+        **attrs: str,
+    ) -> Coroutine[Any, Any, PolicyDecision]: ...
+    @property
+    def has_remote_rules(self) -> bool: ...
     def reload(self, text: str | None = None) -> None: ...
     def metrics_text(self) -> str: ...
     @property
@@ -505,6 +523,10 @@ class Policy:
     @property
     def rules(self) -> tuple[str, ...]: ...
     def close(self) -> None: ...
+
+@final
+class _PendingCheck:
+    def start(self) -> PolicyDecision | Awaitable[PolicyDecision]: ...
 
 def _shared_open(
     name: str | PathLike[str],

@@ -60,14 +60,15 @@ class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
             forwarded = ", ".join(values) if values else None
         return self.limiter.client_address(peer, forwarded)
 
-    def _policy_outcome(self, scope: Scope) -> Outcome | None:
+    async def _policy_outcome(self, scope: Scope) -> Outcome | None:
         method, path = scope["method"], scope["path"]
         if self.limiter.is_exempt(method, path):
             return None
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", ())]
         host = next((v for k, v in headers if k == "host"), None)
         cost = self._cost(scope)
-        return self.limiter.decide_policy(
+        # Rules on Redis are awaited (Policy.check_async); local ones decide at once.
+        return await self.limiter.decide_policy_async(
             ip=self.client_address(scope), method=method, path=path, host=host, headers=headers, cost=cost
         )
 
@@ -77,7 +78,7 @@ class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
             return
         outcome: Outcome | None
         if self.limiter.rules is not None:
-            outcome = self._policy_outcome(scope)
+            outcome = await self._policy_outcome(scope)
         else:
             outcome = await self._limits_outcome(scope)
         if outcome is None:

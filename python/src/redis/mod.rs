@@ -17,6 +17,7 @@ use pyo3::types::PyDict;
 use options::options;
 pub use options::PyRedisOptions;
 use remote::{coroutine, key_of, start, Build, Remote};
+use sluicegate_redis::HybridConfig;
 
 use crate::args::Cost;
 use crate::decision::PyDecision;
@@ -37,7 +38,8 @@ pub struct PyRedisBase {
 const ONE: &str = "global";
 
 /// The constructor both classes share: the limit, then `name`, `redis=` (or the
-/// deprecated keyword arguments in `legacy`), `algorithm`, `max_delay`, `hybrid`.
+/// deprecated keyword arguments in `legacy`), `algorithm`, `max_delay`,
+/// `hybrid` with its lease settings.
 #[allow(clippy::too_many_arguments)]
 fn base<'py>(
     py: Python<'py>,
@@ -46,13 +48,20 @@ fn base<'py>(
     redis: Option<Bound<'py, PyRedisOptions>>,
     algorithm: &str,
     max_delay: Option<f64>,
-    hybrid: bool,
-    amount: Option<&Bound<'py, PyAny>>,
-    period: Option<&Bound<'py, PyAny>>,
-    burst: Option<&Bound<'py, PyAny>>,
+    (hybrid, lease_horizon, lease_ttl): (bool, Option<f64>, Option<f64>),
+    (amount, period, burst): QuotaArgs<'_, 'py>,
     legacy: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<PyClassInitializer<PyRedisBase>> {
     let limit = Remote::limit_from(limit, amount, period, burst, algorithm, max_delay)?;
+    let hybrid = if hybrid {
+        Some(hybrid_config(lease_horizon, lease_ttl)?)
+    } else if lease_horizon.is_some() || lease_ttl.is_some() {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "lease_horizon and lease_ttl are hybrid mode's: pass hybrid=True",
+        ));
+    } else {
+        None
+    };
     let options = options(py, redis, legacy)?;
     let inner = Remote::new(
         limit,
@@ -63,6 +72,35 @@ fn base<'py>(
         },
     )?;
     Ok(PyClassInitializer::from(PyRedisBase { inner }))
+}
+
+/// The deprecated `amount`, `period` and `burst` arguments.
+type QuotaArgs<'a, 'py> = (
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+);
+
+/// The longest lease setting: an hour, as a rule file's `[redis]` table allows.
+const MAX_LEASE_SECS: f64 = 3600.0;
+
+/// Hybrid mode's settings: `lease_horizon` and `lease_ttl` in seconds (the
+/// rule file's `lease_horizon_ms` and `lease_ttl_ms`), each more than 0 and at
+/// most an hour; `None` keeps the default.
+fn hybrid_config(lease_horizon: Option<f64>, lease_ttl: Option<f64>) -> PyResult<HybridConfig> {
+    let secs = |v: Option<f64>, what: &str, default: std::time::Duration| match v {
+        None => Ok(default),
+        Some(s) if s > 0.0 && s <= MAX_LEASE_SECS => Ok(std::time::Duration::from_secs_f64(s)),
+        Some(s) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{what} must be a number of seconds > 0 and at most {MAX_LEASE_SECS}, not {s}"
+        ))),
+    };
+    let d = HybridConfig::default();
+    Ok(HybridConfig {
+        horizon: secs(lease_horizon, "lease_horizon", d.horizon)?,
+        lease_ttl: secs(lease_ttl, "lease_ttl", d.lease_ttl)?,
+        ..d
+    })
 }
 
 /// The shared limiter of a subclass instance.
@@ -128,7 +166,7 @@ impl PyRedisBase {
         n: u64,
         consume: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        start(py, &self.inner.remote, key, n, consume)
+        start(py, &self.inner, key, n, consume)
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
@@ -154,7 +192,7 @@ pub struct PyRedisKeyedLimiter;
 #[pymethods]
 impl PyRedisKeyedLimiter {
     #[new]
-    #[pyo3(signature = (limit = None, *, name, redis = None, algorithm = "token_bucket", max_delay = None, hybrid = false, amount = None, period = None, burst = None, **legacy))]
+    #[pyo3(signature = (limit = None, *, name, redis = None, algorithm = "token_bucket", max_delay = None, hybrid = false, lease_horizon = None, lease_ttl = None, amount = None, period = None, burst = None, **legacy))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
         py: Python<'py>,
@@ -164,13 +202,23 @@ impl PyRedisKeyedLimiter {
         algorithm: &str,
         max_delay: Option<f64>,
         hybrid: bool,
+        lease_horizon: Option<f64>,
+        lease_ttl: Option<f64>,
         amount: Option<&Bound<'py, PyAny>>,
         period: Option<&Bound<'py, PyAny>>,
         burst: Option<&Bound<'py, PyAny>>,
         legacy: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let b = base(
-            py, limit, name, redis, algorithm, max_delay, hybrid, amount, period, burst, legacy,
+            py,
+            limit,
+            name,
+            redis,
+            algorithm,
+            max_delay,
+            (hybrid, lease_horizon, lease_ttl),
+            (amount, period, burst),
+            legacy,
         )?;
         Ok(b.add_subclass(Self))
     }
@@ -234,7 +282,7 @@ impl PyRedisKeyedLimiter {
     }
 
     /// `check` as a coroutine: the async round trip, no worker thread (in hybrid
-    /// mode too: the async form always asks Redis).
+    /// mode a lease hit is answered without one).
     #[pyo3(signature = (key, n = Cost::ONE))]
     fn check_async<'py>(
         slf: &Bound<'py, Self>,
@@ -268,7 +316,7 @@ pub struct PyRedisLimiter;
 #[pymethods]
 impl PyRedisLimiter {
     #[new]
-    #[pyo3(signature = (limit = None, *, name, redis = None, algorithm = "token_bucket", max_delay = None, hybrid = false, amount = None, period = None, burst = None, **legacy))]
+    #[pyo3(signature = (limit = None, *, name, redis = None, algorithm = "token_bucket", max_delay = None, hybrid = false, lease_horizon = None, lease_ttl = None, amount = None, period = None, burst = None, **legacy))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
         py: Python<'py>,
@@ -278,13 +326,23 @@ impl PyRedisLimiter {
         algorithm: &str,
         max_delay: Option<f64>,
         hybrid: bool,
+        lease_horizon: Option<f64>,
+        lease_ttl: Option<f64>,
         amount: Option<&Bound<'py, PyAny>>,
         period: Option<&Bound<'py, PyAny>>,
         burst: Option<&Bound<'py, PyAny>>,
         legacy: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let b = base(
-            py, limit, name, redis, algorithm, max_delay, hybrid, amount, period, burst, legacy,
+            py,
+            limit,
+            name,
+            redis,
+            algorithm,
+            max_delay,
+            (hybrid, lease_horizon, lease_ttl),
+            (amount, period, burst),
+            legacy,
         )?;
         Ok(b.add_subclass(Self))
     }

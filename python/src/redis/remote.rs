@@ -57,25 +57,39 @@ pub(super) fn coroutine<'py>(
     wait::coroutine(py, "native", (start, key, n, consume))
 }
 
-/// Spawns one check on `rl`'s runtime (`aio::spawn`) and returns the asyncio
-/// future of its decision. Errors map as the blocking call's do (`error`).
+/// Spawns one check on the limiter's runtime (`aio::spawn`) and returns the
+/// asyncio future of its decision. Errors map as the blocking call's do
+/// (`error`). In hybrid mode a check goes through the lease front: a lease hit
+/// (or a cached denial) is answered by a future already done, no round trip.
 /// Cancelling abandons the wait, not the call: the check was handed to Redis
 /// already or soon will be, and runs to its end (at most the limiter's timeout),
 /// so a cancelled check may still be charged, as a cancelled `asyncio.to_thread`
 /// one was.
 pub(super) fn start<'py>(
     py: Python<'py>,
-    rl: &blocking::RedisLimiter,
+    r: &Remote,
     key: String,
     n: u64,
     consume: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let limiter = rl.as_async().clone();
-    aio::spawn(py, rl.handle(), async move {
-        let v = if consume {
-            limiter.check_n(&key, n).await
-        } else {
-            limiter.peek_n(&key, n).await
+    let limiter = r.remote.as_async().clone();
+    let hybrid = r
+        .hybrid
+        .as_ref()
+        .filter(|_| consume)
+        .map(|h| h.as_async().clone());
+    if let Some(h) = &hybrid {
+        // Decided here when the process can: no hop to the runtime and back.
+        if let Some(v) = h.check_local(&key, n).map_err(errors::backend)? {
+            let decision = PyDecision::from(v.decision);
+            return aio::spawn(py, r.remote.handle(), async move { Ok(decision) });
+        }
+    }
+    aio::spawn(py, r.remote.handle(), async move {
+        let v = match (consume, hybrid) {
+            (true, Some(h)) => h.check_n(&key, n).await,
+            (true, None) => limiter.check_n(&key, n).await,
+            (false, _) => limiter.peek_n(&key, n).await,
         };
         v.map(|v| PyDecision::from(v.decision))
             .map_err(errors::backend)
@@ -92,7 +106,8 @@ pub(super) struct Remote {
 /// The arguments both constructors share, past the limit itself.
 pub(super) struct Build<'a, 'py> {
     pub(super) name: &'a str,
-    pub(super) hybrid: bool,
+    /// Hybrid mode's settings, in hybrid mode.
+    pub(super) hybrid: Option<HybridConfig>,
     pub(super) options: Bound<'py, PyRedisOptions>,
 }
 
@@ -102,13 +117,11 @@ impl Remote {
         let remote =
             blocking::RedisLimiter::new(opts.backend.clone(), b.name, limit, opts.cfg.clone())
                 .map_err(errors::backend)?;
-        let hybrid = if b.hybrid {
-            Some(
-                blocking::HybridLimiter::new(remote.clone(), HybridConfig::default())
-                    .map_err(errors::backend)?,
-            )
-        } else {
-            None
+        let hybrid = match b.hybrid {
+            Some(hc) => {
+                Some(blocking::HybridLimiter::new(remote.clone(), hc).map_err(errors::backend)?)
+            }
+            None => None,
         };
         Ok(Self { remote, hybrid })
     }

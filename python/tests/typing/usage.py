@@ -103,6 +103,7 @@ api.add_middleware(
 
 redis_opts = sluicegate.RedisOptions("redis://127.0.0.1:6379", timeout=0.05, failure_policy="closed")
 hot = sluicegate.RedisKeyedLimiter("10/second", name="api", redis=redis_opts, hybrid=True)
+leased = sluicegate.RedisKeyedLimiter("20/second", name="per-user", redis=redis_opts, hybrid=True, lease_horizon=1.0, lease_ttl=2.0)
 batch: list[Decision] = hot.check_many(["a", ("b", 2)])
 sourced: tuple[Decision, str] = sluicegate.RedisLimiter("1/s", name="one", redis=redis_opts).check_with_source()
 hybrid_counts: dict[str, int] | None = hot.hybrid_stats
@@ -115,6 +116,14 @@ except sluicegate.BackendError:
 
 rules = sluicegate.Policy.from_str('[[rule]]\nname = "g"\nlimit = "10/s"\n')
 verdict: sluicegate.PolicyDecision = rules.check(ip="192.0.2.1", path="/", headers={"x-api-key": "k"}, tenant="acme")
+waits_for_redis: bool = rules.has_remote_rules
+
+
+async def policy_async() -> bool:
+    d: sluicegate.PolicyDecision = await rules.check_async(ip="192.0.2.1", headers=[("x-api-key", "k")], cost=2)
+    return bool(d)
+
+
 from_values: sluicegate.Policy = sluicegate.Policy.from_rules(
     [sluicegate.Rule("g", match={"path": ["/a", "/b"]}, key=["ip"], limit="10/s", mode="shadow", capacity=100)],
     defaults={"algorithm": "fixed_window", "ipv6_prefix": 56},

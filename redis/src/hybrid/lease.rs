@@ -21,6 +21,9 @@ pub(crate) const UNITS: u64 = u32::MAX as u64;
 /// A window lease expires `1/2^DRIFT_SHIFT` of its time early: room for NTP's
 /// slew (at most 500 ppm) of each of the two clocks.
 const DRIFT_SHIFT: u32 = 9;
+/// A window lease asks for this much of the key's expected demand in the rest
+/// of the window.
+const WINDOW_HEADROOM: f64 = 1.25;
 
 /// One key's local state. Everything a lease hit reads is here, next to the lease
 /// word it writes: one cache line moves per hit.
@@ -43,6 +46,10 @@ pub(crate) struct Entry {
     /// hands: spent since = `leased` − units left.
     pub(crate) last_lease: AtomicU64,
     pub(crate) leased: AtomicU64,
+    /// The key's rate in this process (units per second, `f64` bits; 0: not
+    /// known yet), averaged over about [`super::HybridConfig::horizon`]:
+    /// written by the key's flight only.
+    pub(crate) rate: AtomicU64,
     pub(crate) flight: tokio::sync::Mutex<()>,
     /// Round trips of this key that failed (Redis unavailable).
     pub(crate) failures: AtomicU64,
@@ -186,8 +193,8 @@ impl HybridLimiter {
         inner.counters.round_trip();
         // Before the request is sent: Redis decides at or after this instant.
         let t0 = inner.now();
-        let batch = self.batch_size(e, t0).max(n);
-        let r = match inner.remote.try_lease(key, batch).await {
+        let batch = self.batch_size(e, n, t0);
+        let r = match self.lease_batched(key, batch).await {
             Ok(r) => r,
             Err(err) if err.is_unavailable() => {
                 // The checks waiting for this flight answer by the policy too,
@@ -259,45 +266,69 @@ impl HybridLimiter {
     /// offset (see the module docs' "Leases and time").
     fn expiry(&self, t0: u64, r: &Reply) -> (u64, u64, u64) {
         let inner = &*self.inner;
-        let ttl = t0.saturating_add(nanos(inner.cfg.lease_ttl));
         let w = inner.window_ns;
         if w == 0 {
-            return (ttl, u64::MAX, 0);
+            return (t0.saturating_add(nanos(inner.cfg.lease_ttl)), u64::MAX, 0);
         }
         let now_ns = r.now_us.saturating_mul(1000);
         // Redis' true time was below now_us + 1 µs when it decided, at or after t0.
         let left = window_left_ns(r.now_us, w).saturating_sub(1000);
         let safe = left - (left >> DRIFT_SHIFT);
-        let expires = ttl.min(t0.saturating_add(safe));
+        let expires = t0.saturating_add(safe);
         let end = now_ns.saturating_add(window_left_ns(r.now_us, w));
         let offset = now_ns.saturating_add(999).saturating_sub(t0).max(1);
         (expires, end, offset)
     }
 
-    fn batch_size(&self, e: &Entry, now: u64) -> u64 {
+    /// How many units the next lease of `e` asks for, for a check of `n` at
+    /// `now` (see the module docs' "Lease size"): `n`, and the key's expected
+    /// demand over the lease's life at its own rate (until `lease_ttl` for
+    /// the buckets, until its window's end for the windows), at most
+    /// `max_batch`. Updates the key's rate (the caller holds its flight).
+    fn batch_size(&self, e: &Entry, n: u64, now: u64) -> u64 {
         let inner = &*self.inner;
-        let max = inner.max_batch;
+        let max = inner.max_batch.max(n);
         let last = e.last_lease.load(Ordering::Relaxed);
         if last == 0 {
-            return 1; // no rate known yet: start small
+            return n; // no rate known yet: start small
         }
         let left = e.lease.load(Ordering::Relaxed) & UNITS;
-        let spent = e.leased.load(Ordering::Relaxed).saturating_sub(left) as u128;
-        let elapsed = now.saturating_sub(last).max(1) as u128;
-        let mut horizon = nanos(inner.cfg.horizon);
-        let offset = e.offset.load(Ordering::Relaxed);
-        if inner.window_ns > 0 && offset != 0 {
-            // A window's units are charged to it whenever they are spent, so the
-            // only cost of a larger lease is units left unspent when it expires
-            // (at most `max_batch`): lease what the local rate spends before the
-            // lease expires, at the window's end or after the lease TTL (Redis
-            // time estimated late: the time left, low).
-            let redis_now = now.saturating_add(offset);
+        let spent = e.leased.load(Ordering::Relaxed).saturating_sub(left);
+        let elapsed = now.saturating_sub(last).max(1);
+        let rate = self.observe(e, spent, elapsed);
+        let want = if inner.window_ns == 0 {
+            rate * nanos(inner.cfg.lease_ttl) as f64 / 1e9
+        } else {
+            // A window's units are charged to it whenever they are spent, and
+            // expire with it: lease what the key is expected to spend before
+            // the window ends (Redis time estimated late: the time left, low),
+            // with a quarter more for a rate that wavers (what is left over
+            // only lowers this window's admissions elsewhere).
+            let redis_now = now.saturating_add(e.offset.load(Ordering::Relaxed));
             let left = inner.window_ns - redis_now % inner.window_ns;
-            horizon = left.min(nanos(inner.cfg.lease_ttl));
+            rate * left as f64 / 1e9 * WINDOW_HEADROOM
         }
-        let want = spent * horizon as u128 / elapsed;
-        (want.min(max as u128) as u64).max(1)
+        .ceil();
+        // `as` saturates a float (and maps NaN to 0).
+        (n - 1).saturating_add(want as u64).clamp(n, max)
+    }
+
+    /// Folds one sample, `spent` units over `elapsed` ns since the last lease,
+    /// into `e`'s rate: an average over about `horizon` (the sample weighs
+    /// `1 − e^(−elapsed/horizon)`; the first one is taken as it is). The rate
+    /// in units per second.
+    fn observe(&self, e: &Entry, spent: u64, elapsed: u64) -> f64 {
+        let sample = spent as f64 * 1e9 / elapsed as f64;
+        let old = f64::from_bits(e.rate.load(Ordering::Relaxed));
+        let horizon = nanos(self.inner.cfg.horizon).max(1) as f64;
+        let rate = if old > 0.0 {
+            let weight = 1.0 - (-(elapsed as f64) / horizon).exp();
+            old + weight * (sample - old)
+        } else {
+            sample
+        };
+        e.rate.store(rate.to_bits(), Ordering::Relaxed);
+        rate
     }
 }
 

@@ -22,12 +22,14 @@
 //!    of window, which it may count in the later window).
 //! 4. Otherwise one task per key (single flight: concurrent checks of the key wait
 //!    for it) leases a batch with the lease script, which charges up to the batch
-//!    size in one call ([`RedisLimiter::try_lease`]).
+//!    size in one call ([`RedisLimiter::try_lease`]). The leases of many keys
+//!    asked for at about the same moment (every key at a window's start) go in
+//!    one pipeline: one write, one read, one timeout.
 //!
 //! # Leases and time
 //! A bucket lease expires [`HybridConfig::lease_ttl`] after it was asked for. A
-//! window lease expires at the earlier of that and the end of the window Redis
-//! charged it to, translated to the local monotonic clock conservatively: the
+//! window lease expires with the window Redis charged it to (whatever the TTL),
+//! translated to the local monotonic clock conservatively: the
 //! script reads Redis `TIME` after the request was sent (local time `t₀`), in
 //! whole microseconds, so the window ends on the local clock no earlier than
 //! `t₀ + (end − now_us − 1 µs)`; the lease expires `1/512` of that sooner still,
@@ -49,31 +51,48 @@
 //! them: its leased units are then lost (charged on Redis, never spent), never
 //! spent twice.
 //!
-//! # Batch size
-//! Sized from the local rate: the units this process spent since its last lease,
-//! over the time since, times [`HybridConfig::horizon`] for the buckets; for a
-//! window, times the time until the lease expires (the window's end, or
-//! [`HybridConfig::lease_ttl`] if sooner), since a window's units are charged to
-//! it whenever they are spent and a larger lease only risks units left unspent
-//! at expiry. Clamped to `1..=max_batch`. When Redis has less than
-//! two batches left the leases drop to single units, so the last units go to
-//! whichever process asks first, not to whichever leased last.
+//! # Lease size
+//! A key's leases are sized from its own history in this process, so that a
+//! key seen a few times a second (or a window) costs about one round trip per
+//! lease life, not one per check:
+//!
+//! * its **rate** `λ` is the units it spent between its last two leases over
+//!   the time between them, averaged over about [`HybridConfig::horizon`]
+//!   (each sample weighs `1 − e^(−elapsed/horizon)`);
+//! * a **bucket** lease asks for the check's `n` plus `⌈λ·L⌉ − 1` more
+//!   (`L` = [`HybridConfig::lease_ttl`]): what the key is expected to spend
+//!   before the lease expires, so a key at a steady rate makes at most one
+//!   round trip per `L` (the floor), whatever its rate;
+//! * a **window** lease asks for `n` plus `⌈1.25·λ·(time left in the
+//!   window)⌉ − 1`: taken at a window's start, the key's expected demand in
+//!   the window with a quarter more for a wavering rate, and it expires with
+//!   the window (a unit of a window can only be spent in it);
+//! * a key's first lease is `n` (no rate known yet), and every lease is at
+//!   most [`HybridConfig::max_batch`] (the capacity by default), at least `n`.
+//!
+//! A lease can only ever hold units Redis had: near a key's limit the script
+//! grants what is left (maybe fewer than asked), and with nothing left it
+//! denies, and the denial is cached (the negative cache above).
 //!
 //! # Accuracy bound
 //! Every admitted unit was charged on Redis, by the script that decides a plain
 //! check, before it was admitted (when it was leased); the front limiter and the
-//! negative cache only deny. Over-admission, per algorithm:
+//! negative cache only deny. The bounds below hold **for the whole fleet** (all
+//! processes sharing the Redis key together), per key; over-admission, per
+//! algorithm:
 //!
 //! * **Token bucket, leaky bucket** (rate `r` per period `P`, burst `b`): the
-//!   global bucket admits at most `b + r·Δ/P` over any interval `Δ`: **the global
-//!   quota is never exceeded** in units charged. A leased unit is spent at most
-//!   [`HybridConfig::lease_ttl`] (`L`) after it was charged, and dropped unspent
-//!   after that, so admissions over any interval of length `Δ` across the fleet
-//!   are at most `b + r·(Δ + L)/P`.
+//!   bucket in Redis charges at most `b + r·Δ/P` over any interval `Δ`: **the
+//!   global quota is never exceeded** in units charged. A leased unit is spent at
+//!   most [`HybridConfig::lease_ttl`] (`L`) after it was charged, and dropped
+//!   unspent after that, so the fleet admits over any interval of length `Δ`
+//!   at most `b + r·(Δ + L)/P`; and since each of `N` processes holds at most
+//!   one lease of at most `m` = [`HybridConfig::max_batch`] units per key, at
+//!   most `b + r·Δ/P + N·m`: so at most `b + r·Δ/P + min(r·L/P, N·m)`.
 //! * **Fixed window** (limit `l`): a unit charged to window `k` is spent within
 //!   window `k` (in Redis time), so the fleet admits in window `k` at most what
 //!   the script charged to it: **at most `l` per window, exactly the script's
-//!   bound, no slack.**
+//!   bound, no slack**, whatever the lease settings.
 //! * **Sliding window counter** (limit `l`, window `W`): let `P`, `C(t)` be the
 //!   previous and current window's counts the script holds (units charged), and
 //!   `p`, `c(t)` the units the fleet admitted in those windows up to `t`. Each
@@ -99,12 +118,12 @@
 //! keeps deciding in the stored window and the leases stay conservative.
 //!
 //! The other way (under-admission, never over-admission): each of `N` processes
-//! holds at most `max_batch` unspent units at any moment, so the fleet may deny
-//! while up to `N·max_batch` units sit in other processes' leases, and each lease
-//! that expires unspent loses at most `max_batch` (for a window, at its end:
-//! the batch size keeps a window's lease to what the local rate spends before the
-//! window ends).
+//! holds at most `max_batch` unspent units of a key at any moment, so the fleet
+//! may deny while up to `N·max_batch` units sit in other processes' leases, and
+//! each lease that expires unspent loses at most `max_batch` (the lease size
+//! keeps it to what the key's own rate spends before the lease expires).
 
+mod batch;
 mod front;
 mod keys;
 mod lease;
@@ -120,6 +139,7 @@ use crate::error::{ConfigError, Error};
 use crate::limiter::RedisLimiter;
 use crate::verdict::{Source, Verdict};
 
+use batch::Batch;
 use front::Front;
 use keys::{Counters, KeyMap};
 use lease::UNITS;
@@ -129,22 +149,24 @@ use lease::UNITS;
 /// ```
 /// use sluicegate_redis::HybridConfig;
 /// let c = HybridConfig::default();
-/// assert_eq!(c.horizon.as_millis(), 100);
-/// assert_eq!(c.lease_ttl.as_millis(), 250);
+/// assert_eq!(c.horizon.as_millis(), 1000);
+/// assert_eq!(c.lease_ttl.as_millis(), 500);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HybridConfig {
-    /// A token or leaky bucket's lease is sized to last this long at the local
-    /// rate (a window's, until it expires: see [`Self::lease_ttl`]).
+    /// How far back a key's own rate is averaged (about this long), the rate
+    /// that sizes its leases (see the module docs' "Lease size"). Shorter
+    /// follows a change of rate sooner; longer rides out bursts.
     pub horizon: Duration,
-    /// Leased units not spent within this long are dropped (the `L` of the bound;
-    /// a window's units are dropped at the window's end, if that is sooner). A
-    /// window's lease is sized to last until it is dropped at the local rate: a
-    /// TTL of the window's length gives a key seen a few times a window about one
-    /// round trip per window.
+    /// Bucket leases: units not spent within this long are dropped (the `L` of
+    /// the bound, `b + r·(Δ + L)`), and a lease is sized for the key's demand
+    /// over it, so a key at a steady rate makes at most one round trip per TTL.
+    /// Window leases ignore it: they are sized for the key's demand in the
+    /// window and end with it.
     pub lease_ttl: Duration,
-    /// The largest lease; `None`: a tenth of the burst or window limit (at least
-    /// 1). At most `2^32 − 1`.
+    /// The largest lease; `None`: the burst or window limit. At most
+    /// `2^32 − 1`. It bounds what one process holds of a key (`N·max_batch`
+    /// for `N` processes: see the bound).
     pub max_batch: Option<u64>,
     /// Keys whose lease state is kept (at least 1); past it, idle keys are dropped.
     pub max_keys: usize,
@@ -153,8 +175,8 @@ pub struct HybridConfig {
 impl Default for HybridConfig {
     fn default() -> Self {
         Self {
-            horizon: Duration::from_millis(100),
-            lease_ttl: Duration::from_millis(250),
+            horizon: Duration::from_secs(1),
+            lease_ttl: Duration::from_millis(500),
             max_batch: None,
             max_keys: 100_000,
         }
@@ -231,6 +253,8 @@ struct HybridInner {
     keys: KeyMap,
     epoch: Instant,
     counters: Counters,
+    /// Lease refreshes gathered into one pipeline.
+    batch: Batch,
 }
 
 impl HybridInner {
@@ -277,7 +301,7 @@ impl HybridLimiter {
         let capacity = limit.capacity();
         let max_batch = cfg
             .max_batch
-            .unwrap_or(capacity / 10)
+            .unwrap_or(capacity)
             .clamp(1, capacity.clamp(1, UNITS));
         let slots = cfg.max_keys.clamp(16, 1 << 24);
         Ok(Self {
@@ -290,6 +314,7 @@ impl HybridLimiter {
                 keys: KeyMap::new(cfg.max_keys),
                 epoch: Instant::now(),
                 counters: Counters(Default::default()),
+                batch: Batch::default(),
             }),
         })
     }
@@ -304,7 +329,7 @@ impl HybridLimiter {
     /// let spec = Spec::parse(Kind::TokenBucket, "1000/second").unwrap();
     /// let cfg = Config { policy: "local".parse().unwrap(), ..Config::default() };
     /// let h = HybridLimiter::from_spec("redis://127.0.0.1:6379", "api", &spec, cfg, HybridConfig::default()).unwrap();
-    /// assert_eq!(h.max_batch(), 100);
+    /// assert_eq!(h.max_batch(), 1000); // the burst
     /// let shaper = Spec::parse(Kind::Shaper, "10/s").unwrap().with_max_delay_ns(1_000_000).unwrap();
     /// assert!(HybridLimiter::from_spec("redis://127.0.0.1:6379", "s", &shaper, Config::default(), HybridConfig::default()).is_err());
     /// ```
@@ -344,7 +369,7 @@ impl HybridLimiter {
     /// # let limit = Limit::from_quota(Kind::TokenBucket, Quota::per_second(10).burst(50)).unwrap();
     /// # let rl = RedisLimiter::new(Backend::from_url("redis://127.0.0.1:1").unwrap(), "x", limit, Config::default()).unwrap();
     /// let h = HybridLimiter::new(rl, HybridConfig::default()).unwrap();
-    /// assert_eq!(h.max_batch(), 5);
+    /// assert_eq!(h.max_batch(), 50); // the burst
     /// ```
     pub fn max_batch(&self) -> u64 {
         self.inner.max_batch

@@ -229,3 +229,27 @@ impl Drop for Server {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Whether admissions, each known to lie in Redis time `[before, after]` (µs),
+/// can be spread over the aligned windows of `w_us` with at most `limit` in each.
+/// An admission may lie in any window its interval meets; for intervals over a
+/// line of windows, Hall's condition on every run of consecutive windows `i..=j`
+/// decides it: the admissions that must lie in the run are at most
+/// `(j − i + 1)·limit`. Returns the first run that fails, with its count.
+pub fn over_limit(admitted: &[(u64, u64)], w_us: u64, limit: u64) -> Option<(u64, u64, u64)> {
+    let spans: Vec<(u64, u64)> = admitted
+        .iter()
+        .map(|&(b, a)| (b / w_us, a / w_us))
+        .collect();
+    let first = spans.iter().map(|s| s.0).min()?;
+    let last = spans.iter().map(|s| s.1).max()?;
+    for i in first..=last {
+        for j in i..=last {
+            let inside = spans.iter().filter(|s| s.0 >= i && s.1 <= j).count() as u64;
+            if inside > (j - i + 1) * limit {
+                return Some((i, j, inside));
+            }
+        }
+    }
+    None
+}
