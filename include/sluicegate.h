@@ -7,11 +7,13 @@
  * Conventions (see ffi/README.md):
  *  - every fallible function returns a sluicegate_status; SLUICEGATE_OK is 0;
  *    sluicegate_status_str() gives a static message for any value;
- *  - handles are opaque, created by *_new and released by *_free (NULL-safe);
+ *  - handles are opaque, created by *_new (or *_open_shared, in a region every
+ *    worker process maps) and released by *_free (NULL-safe);
  *    every other call may run on any thread at once (a sluicegate_policy_decision,
  *    a reusable output buffer, is used by one thread at a time);
  *  - enums are passed as uint32_t and checked;
  *  - sluicegate_config.struct_size must be set to sizeof(sluicegate_config);
+ *  - the _at calls of a shared handle take sluicegate_shared_now_ns() time;
  *  - local handles never block or allocate on a check; the sluicegate_redis
  *    handle (the library's default `redis` feature) blocks for a bounded network
  *    round trip. Its declarations are unconditional: against a library built

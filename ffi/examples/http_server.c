@@ -298,8 +298,8 @@ static int serve(int lfd, const struct setup *st) {
     if (s != SLUICEGATE_OK) {
         char why[160];
         sluicegate_config_validate(&st->cfg, why, sizeof why);
-        fprintf(stderr, "cannot build the limiter: %s (%s%s%s)\n", sluicegate_status_str(s), why,
-                st->shared ? "; " : "", st->shared ? msg : "");
+        fprintf(stderr, "cannot build the limiter: %s (%s)\n", sluicegate_status_str(s),
+                st->shared ? msg : why);
         return 2;
     }
     /* A shared region's time base is its own, the same in every process. */
@@ -501,20 +501,28 @@ int main(int argc, char **argv) {
         /* The port file appears once every worker is accepting (or about to:
          * the socket is listening already, so no connection is refused). */
         if (!stopping && port_file && !write_port_file(port_file, ntohs(sa.sin_port))) stopping = 1;
+        /* Reap the workers; forward SIGTERM/SIGINT to them once (polled, so a
+         * signal between two checks is never missed). */
         unsigned left = workers;
+        int forwarded = 0;
         while (left > 0) {
+            if (stopping && !forwarded) {
+                for (unsigned w = 0; w < workers; ++w) kill(pids[w], SIGTERM);
+                forwarded = 1;
+            }
             int ws = 0;
-            pid_t pid = waitpid(-1, &ws, 0);
-            if (pid < 0) {
-                if (errno != EINTR) break;
-                if (stopping) /* forward SIGTERM/SIGINT to the workers */
-                    for (unsigned w = 0; w < workers; ++w) kill(pids[w], SIGTERM);
+            pid_t pid = waitpid(-1, &ws, WNOHANG);
+            if (pid == 0 || (pid < 0 && errno == EINTR)) {
+                const struct timespec tick = {0, 50000000};
+                nanosleep(&tick, NULL);
                 continue;
             }
+            if (pid < 0) break;
             --left;
             if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-                rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
-                for (unsigned w = 0; w < workers; ++w) kill(pids[w], SIGTERM);
+                /* A worker failed (e.g. its region could not be opened): stop. */
+                if (rc == 0) rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+                stopping = 1;
             }
         }
         printf("%u workers stopped; bye\n", workers);

@@ -578,10 +578,14 @@ static void test_a_shared_policy_across_processes(void) {
     /* The tenant binds: 12 in all; a denial by one rule charged neither. */
     EXPECT(total == 12);
     sluicegate_policy_result r;
-    sluicegate_attr other[] = {{"user", 4, "u0", 2}, {"tenant", 6, "beta", 4}};
-    EXPECT_STATUS(sluicegate_policy_check(pol, other, 2, 1, NULL, &r), SLUICEGATE_OK);
-    /* u0 had at most 5 in acme; with beta's room it is admitted unless its own
-     * 5 are spent: 12 admissions over 4 users in rotation gave u0 exactly 3. */
+    /* The tenant is spent for everyone: a new user of it is denied by the
+     * tenant rule, and that denial charged the user rule nothing (5 left in
+     * another tenant). */
+    sluicegate_attr fresh[] = {{"user", 4, "new", 3}, {"tenant", 6, "acme", 4}};
+    EXPECT_STATUS(sluicegate_policy_check(pol, fresh, 2, 1, NULL, &r), SLUICEGATE_OK);
+    EXPECT(!r.allowed && r.denying_rule == 1);
+    sluicegate_attr moved[] = {{"user", 4, "new", 3}, {"tenant", 6, "beta", 4}};
+    EXPECT_STATUS(sluicegate_policy_check(pol, moved, 2, 5, NULL, &r), SLUICEGATE_OK);
     EXPECT(r.allowed);
     printf("policy [shared], 8 processes: %llu admitted of the tenant's 12\n",
            (unsigned long long)total);
