@@ -118,6 +118,16 @@ impl sluicegate_keyed {
         })
     }
 
+    /// The local table, or `SLUICEGATE_ERR_SHARED_FIXED` for a shared one
+    /// (whose parameters are fixed in its region).
+    fn local(&self) -> Result<&AnyKeyed<Clk>, sluicegate_status> {
+        match &self.inner {
+            Keyed::Local(t) => Ok(t),
+            #[cfg(feature = "shared")]
+            Keyed::Shared(_) => Err(SLUICEGATE_ERR_SHARED_FIXED),
+        }
+    }
+
     #[inline(always)]
     fn run(
         &self,
@@ -422,11 +432,7 @@ pub unsafe extern "C" fn sluicegate_keyed_set_config(
 ) -> sluicegate_status {
     guard(|| {
         // SAFETY: the export's contract.
-        let k = match &unsafe { borrow(keyed) }?.inner {
-            Keyed::Local(k) => k,
-            #[cfg(feature = "shared")]
-            Keyed::Shared(_) => return Err(SLUICEGATE_ERR_SHARED_FIXED),
-        };
+        let k = unsafe { borrow(keyed) }?.local()?;
         // SAFETY: the export's contract.
         let limit = unsafe { LimitConfig::read(config) }?;
         let current = k.spec();

@@ -31,6 +31,47 @@
 //!   have it mapped keep their mapping, the next open makes a new one.
 //! * Each open maps the file anew: handles of one region in one process share
 //!   its pages through the kernel, as handles of different processes do.
+//!
+//! The calls from Rust, as a C program makes them (two handles standing for two
+//! worker processes):
+//!
+//! ```
+//! use sluicegate_ffi::keyed::*;
+//! use sluicegate_ffi::limiter::sluicegate_decision;
+//! use sluicegate_ffi::shared::*;
+//! use sluicegate_ffi::{sluicegate_algorithm, sluicegate_config, sluicegate_status};
+//! let path = std::env::temp_dir().join(format!("sg-ffi-doc-{}", std::process::id()));
+//! let name = path.to_str().unwrap();
+//! let cfg = sluicegate_config {
+//!     struct_size: size_of::<sluicegate_config>() as u32,
+//!     algorithm: sluicegate_algorithm::SLUICEGATE_TOKEN_BUCKET as u32,
+//!     amount: 1,
+//!     period_ns: 3_600_000_000_000, // 1 per hour
+//!     ..Default::default()
+//! };
+//! let open = || {
+//!     let mut k = std::ptr::null_mut();
+//!     // SAFETY: a live name, config and out-pointer; no options, no message buffer.
+//!     let s = unsafe {
+//!         sluicegate_keyed_open_shared(name.as_ptr().cast(), name.len(), std::ptr::null(),
+//!                                      &cfg, 1000, 0, std::ptr::null_mut(), 0, &mut k)
+//!     };
+//!     assert_eq!(s, sluicegate_status::SLUICEGATE_OK);
+//!     k
+//! };
+//! let (a, b) = (open(), open());
+//! let mut d = sluicegate_decision::default();
+//! // SAFETY: live handles, a live key and decision.
+//! unsafe {
+//!     sluicegate_keyed_check(a, b"10.0.0.1".as_ptr(), 8, &mut d);
+//!     assert!(d.allowed);
+//!     sluicegate_keyed_check(b, b"10.0.0.1".as_ptr(), 8, &mut d);
+//!     assert!(!d.allowed); // one state for both handles
+//!     sluicegate_keyed_free(a);
+//!     sluicegate_keyed_free(b);
+//!     sluicegate_shared_unlink(name.as_ptr().cast(), name.len(), std::ptr::null_mut(), 0);
+//! }
+//! ```
 
 use crate::boundary::guard_value;
 #[cfg(feature = "shared")]
