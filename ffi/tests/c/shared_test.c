@@ -442,83 +442,111 @@ static void test_every_way_opening_fails(void) {
 #undef FRESH
 }
 
-/* 8 processes on one region: each checks every key of a keyed table and one
- * single limiter, per algorithm, at one instant (per-hour quotas: nothing
- * refills); the parent opened nothing before fork. Each child reports its
- * admissions through a pipe; the totals must be the exact bounds. */
-#define KEYS 16
-static void test_eight_processes_admit_exactly_the_bound(void) {
-    const char *p = region("procs");
-    char path[4096];
-    snprintf(path, sizeof path, "%s", p);
-    unlink_region(path);
-    const uint32_t algs[] = {SLUICEGATE_TOKEN_BUCKET, SLUICEGATE_LEAKY_BUCKET, SLUICEGATE_SHAPER,
-                             SLUICEGATE_FIXED_WINDOW, SLUICEGATE_SLIDING_WINDOW};
-    enum { NALG = sizeof algs / sizeof algs[0] };
-    const uint64_t key_bound = 7, single_bound = 50;
-    const uint64_t t0 = sluicegate_shared_now_ns();
-    sluicegate_shared_options o = opts(1 << 20);
+/* Forks PROCS children, each running `child(i, counts)` to fill `n` counters
+ * (at most 64), and sums them into `total`. A child that fails exits non-zero
+ * (a failed EXPECT here). */
+typedef void (*child_fn)(int i, uint64_t *counts);
+static void in_children(child_fn child, uint64_t *total, size_t n) {
     int fds[PROCS][2];
     pid_t pids[PROCS];
+    memset(total, 0, n * sizeof *total);
     fflush(NULL);
     for (int i = 0; i < PROCS; ++i) {
         EXPECT(pipe(fds[i]) == 0);
         pids[i] = fork();
         if (pids[i] == 0) {
+            uint64_t counts[64];
+            memset(counts, 0, sizeof counts);
             close(fds[i][0]);
-            uint64_t got[NALG][2];
-            memset(got, 0, sizeof got);
-            for (int a = 0; a < NALG; ++a) {
-                sluicegate_config kc = cfg(algs[a], key_bound, HOUR, 0);
-                sluicegate_config sc = cfg(algs[a], single_bound, HOUR, 0);
-                sluicegate_keyed *t = NULL;
-                sluicegate_limiter *l = NULL;
-                if (open_keyed(path, &o, &kc, 1000, &t) != SLUICEGATE_OK ||
-                    open_limiter(path, &o, &sc, 1, &l) != SLUICEGATE_OK)
-                    _exit(2);
-                sluicegate_decision d;
-                char key[16];
-                for (int round = 0; round < 12; ++round) {
-                    for (int k = 0; k < KEYS; ++k) {
-                        int n = snprintf(key, sizeof key, "user-%d", (k + i) % KEYS);
-                        if (sluicegate_keyed_check_at(t, K(key), (size_t)n, t0, &d) != SLUICEGATE_OK)
-                            _exit(3);
-                        got[a][0] += d.allowed;
-                    }
-                    if (sluicegate_limiter_check_at(l, t0, &d) != SLUICEGATE_OK) _exit(4);
-                    got[a][1] += d.allowed;
-                }
-                sluicegate_keyed_free(t);
-                sluicegate_limiter_free(l);
-            }
-            _exit(write(fds[i][1], got, sizeof got) == (ssize_t)sizeof got ? 0 : 5);
+            child(i, counts);
+            const ssize_t bytes = (ssize_t)(n * sizeof counts[0]);
+            _exit(write(fds[i][1], counts, (size_t)bytes) == bytes ? 0 : 5);
         }
         close(fds[i][1]);
     }
-    uint64_t total[NALG][2];
-    memset(total, 0, sizeof total);
     for (int i = 0; i < PROCS; ++i) {
-        uint64_t got[NALG][2];
-        EXPECT(read(fds[i][0], got, sizeof got) == (ssize_t)sizeof got);
+        uint64_t counts[64];
+        EXPECT(read(fds[i][0], counts, n * sizeof counts[0]) == (ssize_t)(n * sizeof counts[0]));
         close(fds[i][0]);
         int ws = 0;
         EXPECT(waitpid(pids[i], &ws, 0) == pids[i] && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-        for (int a = 0; a < NALG; ++a) {
-            total[a][0] += got[a][0];
-            total[a][1] += got[a][1];
-        }
+        for (size_t c = 0; c < n; ++c) total[c] += counts[c];
     }
+}
+
+/* 8 processes on one region: each checks every key of a keyed table and one
+ * single limiter, per algorithm, at one instant (per-hour quotas: nothing
+ * refills); the parent opened nothing before fork. The totals must be the
+ * exact bounds. */
+#define KEYS 16
+static const uint32_t keyed_algs[] = {SLUICEGATE_TOKEN_BUCKET, SLUICEGATE_LEAKY_BUCKET,
+                                      SLUICEGATE_SHAPER, SLUICEGATE_FIXED_WINDOW,
+                                      SLUICEGATE_SLIDING_WINDOW};
+enum { NALG = sizeof keyed_algs / sizeof keyed_algs[0] };
+static const uint64_t key_bound = 7, single_bound = 50;
+static char procs_path[4096];
+static uint64_t procs_t0;
+
+/* counts[2a]: keyed admissions of algorithm a; counts[2a + 1]: single ones. */
+static void check_every_algorithm(int i, uint64_t *counts) {
+    sluicegate_shared_options o = opts(1 << 20);
     for (int a = 0; a < NALG; ++a) {
-        if (total[a][0] != KEYS * key_bound || total[a][1] != single_bound)
-            fprintf(stderr, "algorithm %u: keyed %llu of %llu, single %llu of %llu\n", algs[a],
-                    (unsigned long long)total[a][0], (unsigned long long)(KEYS * key_bound),
-                    (unsigned long long)total[a][1], (unsigned long long)single_bound);
-        EXPECT(total[a][0] == KEYS * key_bound);
-        EXPECT(total[a][1] == single_bound);
+        sluicegate_config kc = cfg(keyed_algs[a], key_bound, HOUR, 0);
+        sluicegate_config sc = cfg(keyed_algs[a], single_bound, HOUR, 0);
+        sluicegate_keyed *t = NULL;
+        sluicegate_limiter *l = NULL;
+        if (open_keyed(procs_path, &o, &kc, 1000, &t) != SLUICEGATE_OK ||
+            open_limiter(procs_path, &o, &sc, 1, &l) != SLUICEGATE_OK)
+            _exit(2);
+        sluicegate_decision d;
+        char key[16];
+        for (int round = 0; round < 12; ++round) {
+            for (int k = 0; k < KEYS; ++k) {
+                int n = snprintf(key, sizeof key, "user-%d", (k + i) % KEYS);
+                if (sluicegate_keyed_check_at(t, K(key), (size_t)n, procs_t0, &d) != SLUICEGATE_OK)
+                    _exit(3);
+                counts[2 * a] += d.allowed;
+            }
+            if (sluicegate_limiter_check_at(l, procs_t0, &d) != SLUICEGATE_OK) _exit(4);
+            counts[2 * a + 1] += d.allowed;
+        }
+        sluicegate_keyed_free(t);
+        sluicegate_limiter_free(l);
+    }
+}
+
+static void test_eight_processes_admit_exactly_the_bound(void) {
+    snprintf(procs_path, sizeof procs_path, "%s", region("procs"));
+    unlink_region(procs_path);
+    procs_t0 = sluicegate_shared_now_ns();
+    uint64_t total[2 * NALG];
+    in_children(check_every_algorithm, total, 2 * NALG);
+    for (int a = 0; a < NALG; ++a) {
+        if (total[2 * a] != KEYS * key_bound || total[2 * a + 1] != single_bound)
+            fprintf(stderr, "algorithm %u: keyed %llu of %llu, single %llu of %llu\n",
+                    keyed_algs[a], (unsigned long long)total[2 * a],
+                    (unsigned long long)(KEYS * key_bound), (unsigned long long)total[2 * a + 1],
+                    (unsigned long long)single_bound);
+        EXPECT(total[2 * a] == KEYS * key_bound);
+        EXPECT(total[2 * a + 1] == single_bound);
     }
     printf("8 processes: keyed %d keys x %llu and one single limiter of %llu, per algorithm: "
            "exact\n", KEYS, (unsigned long long)key_bound, (unsigned long long)single_bound);
-    unlink_region(path);
+    unlink_region(procs_path);
+}
+
+static const sluicegate_policy *shared_policy;
+
+/* counts[0]: admissions of 10 requests from users u0..u3 of one tenant. */
+static void check_the_policy(int i, uint64_t *counts) {
+    sluicegate_policy_result r;
+    for (int round = 0; round < 10; ++round) {
+        char user[8];
+        snprintf(user, sizeof user, "u%d", (round + i) % 4);
+        sluicegate_attr a[] = {{"user", 4, user, strlen(user)}, {"tenant", 6, "acme", 4}};
+        if (sluicegate_policy_check(shared_policy, a, 2, 1, NULL, &r) != SLUICEGATE_OK) _exit(3);
+        counts[0] += r.allowed;
+    }
 }
 
 /* A policy with a [shared] table, opened before fork by the parent (its
@@ -544,38 +572,10 @@ static void test_a_shared_policy_across_processes(void) {
     }
     struct stat sb;
     EXPECT(stat(path, &sb) == 0); /* the region exists */
-    int fds[PROCS][2];
-    pid_t pids[PROCS];
-    fflush(NULL);
-    for (int i = 0; i < PROCS; ++i) {
-        EXPECT(pipe(fds[i]) == 0);
-        pids[i] = fork();
-        if (pids[i] == 0) {
-            close(fds[i][0]);
-            uint64_t got = 0;
-            sluicegate_policy_result r;
-            for (int round = 0; round < 10; ++round) {
-                /* Users u0..u3 of one tenant: 4 x 5 = 20 wanted, 12 allowed. */
-                char user[8];
-                snprintf(user, sizeof user, "u%d", (round + i) % 4);
-                sluicegate_attr a[] = {{"user", 4, user, strlen(user)}, {"tenant", 6, "acme", 4}};
-                if (sluicegate_policy_check(pol, a, 2, 1, NULL, &r) != SLUICEGATE_OK) _exit(3);
-                got += r.allowed;
-            }
-            _exit(write(fds[i][1], &got, sizeof got) == (ssize_t)sizeof got ? 0 : 5);
-        }
-        close(fds[i][1]);
-    }
+    shared_policy = pol;
+    /* 8 x 10 requests over 4 users (20 wanted): the tenant binds, 12 in all. */
     uint64_t total = 0;
-    for (int i = 0; i < PROCS; ++i) {
-        uint64_t got = 0;
-        EXPECT(read(fds[i][0], &got, sizeof got) == (ssize_t)sizeof got);
-        close(fds[i][0]);
-        int ws = 0;
-        EXPECT(waitpid(pids[i], &ws, 0) == pids[i] && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-        total += got;
-    }
-    /* The tenant binds: 12 in all; a denial by one rule charged neither. */
+    in_children(check_the_policy, &total, 1);
     EXPECT(total == 12);
     sluicegate_policy_result r;
     /* The tenant is spent for everyone: a new user of it is denied by the
@@ -622,9 +622,7 @@ static void test_random_bytes_never_crash_or_hang(void) {
     snprintf(path, sizeof path, "%s", p);
     unlink_region(path);
     sluicegate_shared_options o = opts(1 << 20);
-    const uint32_t algs[] = {SLUICEGATE_TOKEN_BUCKET, SLUICEGATE_LEAKY_BUCKET, SLUICEGATE_SHAPER,
-                             SLUICEGATE_FIXED_WINDOW, SLUICEGATE_SLIDING_WINDOW};
-    enum { NALG = sizeof algs / sizeof algs[0] };
+    const uint32_t *algs = keyed_algs;
     sluicegate_keyed *t[NALG];
     sluicegate_limiter *l[NALG];
     for (int a = 0; a < NALG; ++a) {
