@@ -7,11 +7,13 @@
  * Conventions (see ffi/README.md):
  *  - every fallible function returns a sluicegate_status; SLUICEGATE_OK is 0;
  *    sluicegate_status_str() gives a static message for any value;
- *  - handles are opaque, created by *_new and released by *_free (NULL-safe);
+ *  - handles are opaque, created by *_new (or *_open_shared, in a region every
+ *    worker process maps) and released by *_free (NULL-safe);
  *    every other call may run on any thread at once (a sluicegate_policy_decision,
  *    a reusable output buffer, is used by one thread at a time);
  *  - enums are passed as uint32_t and checked;
  *  - sluicegate_config.struct_size must be set to sizeof(sluicegate_config);
+ *  - the _at calls of a shared handle take sluicegate_shared_now_ns() time;
  *  - local handles never block or allocate on a check; the sluicegate_redis
  *    handle (the library's default `redis` feature) blocks for a bounded network
  *    round trip. Its declarations are unconditional: against a library built
@@ -85,6 +87,12 @@
  * `fallback_keys` when 0 under `SLUICEGATE_FAIL_LOCAL` (10000 keys).
  */
 #define SLUICEGATE_REDIS_DEFAULT_FALLBACK_KEYS 10000
+
+/**
+ * The longest region name or path accepted, in bytes (Linux's `PATH_MAX`
+ * less its NUL).
+ */
+#define SLUICEGATE_SHARED_MAX_NAME 4095
 
 /**
  * The stripe count used when `sluicegate_striped_new` is given 0.
@@ -330,6 +338,11 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_TOO_MANY_ATTRS = 113,
     /**
+     * A shared region's name or path is empty, longer than
+     * `SLUICEGATE_SHARED_MAX_NAME` bytes, or contains a NUL byte.
+     */
+    SLUICEGATE_ERR_BAD_NAME = 114,
+    /**
      * A field that must be positive is zero (amount, period, capacity, ...).
      */
     SLUICEGATE_ERR_CONFIG_ZERO = 200,
@@ -377,6 +390,74 @@ enum sluicegate_status
      */
     SLUICEGATE_ERR_POLICY = 208,
     /**
+     * 22x: shared regions (`sluicegate_*_open_shared`). The path is a symbolic
+     * link (never followed) or not a regular file (a directory, a device).
+     */
+    SLUICEGATE_ERR_SHARED_NOT_A_FILE = 220,
+    /**
+     * The region's file is owned by another user; the options'
+     * `allow_other_owner` accepts it (a master running as root that made it
+     * for its workers).
+     */
+    SLUICEGATE_ERR_SHARED_OTHER_OWNER = 221,
+    /**
+     * The file is not a sluicegate region (another magic number): it is left
+     * as it was.
+     */
+    SLUICEGATE_ERR_SHARED_NOT_A_REGION = 222,
+    /**
+     * The region was made with another layout version (a newer or older
+     * library): never reinterpreted; remove it (`sluicegate_shared_unlink`) to
+     * make a new one.
+     */
+    SLUICEGATE_ERR_SHARED_VERSION = 223,
+    /**
+     * The region's header describes parts its file does not hold (a
+     * truncated file), or parts this library lays out differently.
+     */
+    SLUICEGATE_ERR_SHARED_CORRUPT = 224,
+    /**
+     * The region exists with another size than the options ask for (the
+     * message names both): resizing is a new region.
+     */
+    SLUICEGATE_ERR_SHARED_MISMATCH = 225,
+    /**
+     * The device has no room for the region (a full tmpfs: Docker's default
+     * `/dev/shm` is 64 MB); reported at open, never as a crash later.
+     */
+    SLUICEGATE_ERR_SHARED_NO_SPACE = 226,
+    /**
+     * The options describe no region: memory for not one group of 8 keys, or
+     * more than 65,535 limits.
+     */
+    SLUICEGATE_ERR_SHARED_OPTIONS = 227,
+    /**
+     * This CPU has no lock-free 16-byte compare-and-swap: a region shared
+     * through a lock in one process's memory would not be shared at all.
+     */
+    SLUICEGATE_ERR_SHARED_NOT_LOCK_FREE = 228,
+    /**
+     * Permission denied on the region's file or its directory (a read-only
+     * file, a directory this user cannot write, a read-only file system).
+     */
+    SLUICEGATE_ERR_SHARED_ACCESS = 229,
+    /**
+     * Any other system call on the region's file failed (a missing directory,
+     * a failed `mmap`); the message names the file, the call and the reason.
+     */
+    SLUICEGATE_ERR_SHARED_IO = 230,
+    /**
+     * The region's registry of limits is full (the options' `limits`): this
+     * limit cannot be added; the limits already in it keep working.
+     */
+    SLUICEGATE_ERR_SHARED_FULL = 231,
+    /**
+     * Refused on a shared handle: its parameters are fixed in the region for
+     * every process (`set_config`: open a handle of the new spec instead,
+     * which is another limit), and a shared single limiter has no `reset`.
+     */
+    SLUICEGATE_ERR_SHARED_FIXED = 232,
+    /**
      * The cost `n` exceeds the limiter's capacity: it can never be admitted (not
      * a denial; the decision is filled with `allowed = false`).
      */
@@ -416,17 +497,20 @@ typedef uint32_t sluicegate_status;
 /**
  * An opaque keyed limiter: one state per key (an IP address, a user id, an API
  * token: any bytes), all under one quota. The table stores a 63-bit keyed-hash
- * fingerprint per key (random seed per table), never the key. Thread-safe;
- * checks take no lock and never allocate. Created by `sluicegate_keyed_new`,
- * owned by the caller, released by `sluicegate_keyed_free`.
+ * fingerprint per key (random seed per table; a shared region's seed for a
+ * shared one), never the key. Thread-safe; checks take no lock and never
+ * allocate. Created by `sluicegate_keyed_new` or
+ * `sluicegate_keyed_open_shared`, owned by the caller, released by
+ * `sluicegate_keyed_free`.
  */
 typedef struct sluicegate_keyed sluicegate_keyed;
 
 /**
  * An opaque limiter handle: one limit, or up to `SLUICEGATE_MAX_LIMITS` limits of
- * one algorithm admitted all-or-nothing. Thread-safe: any number of threads may
- * check it at once. Created by `sluicegate_limiter_new`, owned by the caller,
- * released by `sluicegate_limiter_free`.
+ * one algorithm admitted all-or-nothing, in this process or in a shared-memory
+ * region. Thread-safe: any number of threads may check it at once. Created by
+ * `sluicegate_limiter_new` or `sluicegate_limiter_open_shared`, owned by the
+ * caller, released by `sluicegate_limiter_free`.
  */
 typedef struct sluicegate_limiter sluicegate_limiter;
 
@@ -529,6 +613,47 @@ typedef struct sluicegate_parse_error {
      */
     const char *message;
 } sluicegate_parse_error;
+
+/**
+ * How to create a region that does not exist yet, and what to accept when
+ * opening one. A versioned input struct: set `struct_size` to
+ * `sizeof(sluicegate_shared_options)` and zero what you do not use (every zero
+ * is the default). NULL options are all the defaults.
+ *
+ * ```c
+ * sluicegate_shared_options o = { .struct_size = sizeof o, .memory = 64u << 20, .mode = 0660 };
+ * ```
+ */
+typedef struct sluicegate_shared_options {
+    /**
+     * `sizeof(sluicegate_shared_options)` as the caller was compiled.
+     */
+    uint32_t struct_size;
+    /**
+     * The file's permission bits when this call creates it; 0: `0600` (this
+     * user only). `0660` lets a group of worker users share it. Above `0777`
+     * is `SLUICEGATE_ERR_SHARED_OPTIONS`.
+     */
+    uint32_t mode;
+    /**
+     * Bytes for keys (16 each) and their eviction sketch; 0: 16 MiB (about
+     * 120,000 keys; Docker's default `/dev/shm` is 64 MB). A region that
+     * exists with another size is `SLUICEGATE_ERR_SHARED_MISMATCH`.
+     */
+    uint64_t memory;
+    /**
+     * How many limits the region can register (each quota of each keyed or
+     * single limiter is one), at most 65,535; 0: 1,024.
+     */
+    uint32_t limits;
+    /**
+     * 1: accept a region another user owns (a master running as root that
+     * made it for workers running as another user, with `mode` letting them
+     * in). 0 (the default): refuse it, `SLUICEGATE_ERR_SHARED_OTHER_OWNER`.
+     * Any other value is `SLUICEGATE_ERR_SHARED_OPTIONS`.
+     */
+    uint32_t allow_other_owner;
+} sluicegate_shared_options;
 
 /**
  * What a check answered: everything a server needs for `Retry-After`,
@@ -865,6 +990,43 @@ sluicegate_status sluicegate_keyed_new(const struct sluicegate_config *config,
                                        struct sluicegate_keyed **out);
 
 /**
+ * Opens a keyed limiter in the shared-memory region `name`: one state per key
+ * for **every process** that opens the same `config` and `max_keys` in the same
+ * region (a pre-fork server's workers), and stores the new handle in `*out`.
+ * A key is hashed by the region's documented hash (XXH3-64 of its bytes with the
+ * region's seed), so it lands on one state from every process and language.
+ *
+ * * `name`, `options`, `err`: as in `sluicegate_limiter_open_shared`.
+ * * `config`: any algorithm except the sliding log (`SLUICEGATE_ERR_UNSUPPORTED`).
+ * * `max_keys`: the most live keys this limiter holds in the region (1 to
+ *   `SLUICEGATE_KEYED_MAX_CAPACITY`); part of the limit's identity. Its slots
+ *   are the region's, shared with its other limits.
+ * * `full_policy`: a `sluicegate_full_policy` value, this process's choice for
+ *   a new key that finds no room.
+ *
+ * The handle works with every `sluicegate_keyed_*` check and peek (the `_at`
+ * calls take nanoseconds of `sluicegate_shared_now_ns`); `get_stats`, `len_at`
+ * and `clear` report and act on the region, every process's keys.
+ * `sluicegate_keyed_set_config` is `SLUICEGATE_ERR_SHARED_FIXED`. The errors are
+ * those of `sluicegate_limiter_open_shared`; on error `*out` is unchanged.
+ *
+ * # Safety
+ * `name` points to `name_len` readable bytes; `options` is NULL or a
+ * `sluicegate_shared_options` with `struct_size` set; `config` a config with
+ * `struct_size` set; `err` is NULL or valid for writes of `err_cap` bytes;
+ * `out` is valid for a write.
+ */
+sluicegate_status sluicegate_keyed_open_shared(const char *name,
+                                               size_t name_len,
+                                               const struct sluicegate_shared_options *options,
+                                               const struct sluicegate_config *config,
+                                               uint64_t max_keys,
+                                               uint32_t full_policy,
+                                               char *err,
+                                               size_t err_cap,
+                                               struct sluicegate_keyed **out);
+
+/**
  * Releases a keyed limiter. NULL does nothing.
  *
  * # Safety
@@ -975,7 +1137,9 @@ sluicegate_status sluicegate_keyed_peek_n_at(const struct sluicegate_keyed *keye
 /**
  * Changes the quota of every key at once; states carry over. The algorithm,
  * a window's length and the shaper's `max_delay_ns` cannot change
- * (`SLUICEGATE_ERR_CONFIG_IMMUTABLE`); a rejected config changes nothing.
+ * (`SLUICEGATE_ERR_CONFIG_IMMUTABLE`); a rejected config changes nothing. A
+ * shared table's parameters are fixed in its region:
+ * `SLUICEGATE_ERR_SHARED_FIXED` (open one of the new spec).
  *
  * # Safety
  * `keyed` is a live handle; `config` a config with `struct_size` set.
@@ -984,8 +1148,8 @@ sluicegate_status sluicegate_keyed_set_config(const struct sluicegate_keyed *key
                                               const struct sluicegate_config *config);
 
 /**
- * Forgets every key. Not atomic with concurrent checks (each slot is cleared
- * on its own).
+ * Forgets every key (of every process, for a shared table). Not atomic with
+ * concurrent checks (each slot is cleared on its own).
  *
  * # Safety
  * `keyed` is a live handle.
@@ -993,7 +1157,9 @@ sluicegate_status sluicegate_keyed_set_config(const struct sluicegate_keyed *key
 sluicegate_status sluicegate_keyed_clear(const struct sluicegate_keyed *keyed);
 
 /**
- * Writes the table's capacity and event counters to `*out`.
+ * Writes the table's capacity and event counters to `*out` (for a shared
+ * table, the region's: every process's events, and the most live keys it
+ * holds).
  *
  * # Safety
  * `keyed` is a live handle; `out` is valid for a write.
@@ -1004,6 +1170,8 @@ sluicegate_status sluicegate_keyed_get_stats(const struct sluicegate_keyed *keye
 /**
  * Writes to `*out` how many keys hold live (non-fresh) state at `now_ns`: a scan
  * of the whole table, O(capacity); for monitoring, not for the request path.
+ * For a shared table: every process's keys, at `now_ns` of
+ * `sluicegate_shared_now_ns`.
  *
  * # Safety
  * `keyed` is a live handle; `out` is valid for a write.
@@ -1044,6 +1212,50 @@ uint64_t sluicegate_now_ns(void);
 sluicegate_status sluicegate_limiter_new(const struct sluicegate_config *configs,
                                          size_t count,
                                          struct sluicegate_limiter **out);
+
+/**
+ * Opens a limiter of `count` configs (as `sluicegate_limiter_new`: one limit,
+ * or a compound of one algorithm) in the shared-memory region `name`, and
+ * stores the new handle in `*out`. Every process that opens the same spec in
+ * the same region checks **one** state: a pre-fork server's workers admit the
+ * limit once between them, not once each.
+ *
+ * * `name`: `name_len` bytes of UTF-8, not NUL-terminated: a path, or a bare
+ *   name without `/` for `/dev/shm/sluicegate-<name>`. The region is created
+ *   (exclusively, with `options`) if it does not exist.
+ * * `options`: NULL for the defaults, or a `sluicegate_shared_options` with
+ *   `struct_size` set.
+ * * `err`: NULL, or a buffer of `err_cap` bytes that gets `""` on success and
+ *   the error's full text on failure (the file and what is wrong).
+ *
+ * The handle works with every `sluicegate_limiter_*` check and peek. The calls
+ * without `_at` read the region's clock; the `_at` calls take nanoseconds of
+ * `sluicegate_shared_now_ns` (not `sluicegate_now_ns`).
+ * `sluicegate_limiter_set_config` and `sluicegate_limiter_reset` are
+ * `SLUICEGATE_ERR_SHARED_FIXED` (a limit's parameters are fixed in the region).
+ * The sliding log has no shared form (`SLUICEGATE_ERR_UNSUPPORTED`).
+ *
+ * Errors: the configs' own statuses; `SLUICEGATE_ERR_BAD_NAME` /
+ * `SLUICEGATE_ERR_NOT_UTF8` for the name; a 22x status for each way the region
+ * cannot be opened (a symbolic link, another owner, not a region, another
+ * layout version, a truncated file, another size, no room, bad options, no
+ * lock-free 16-byte CAS, permission denied, a full registry). On error `*out`
+ * is unchanged.
+ *
+ * # Safety
+ * `name` points to `name_len` readable bytes; `options` is NULL or a
+ * `sluicegate_shared_options` with `struct_size` set; `configs` as in
+ * `sluicegate_limiter_new`; `err` is NULL or valid for writes of `err_cap`
+ * bytes; `out` is valid for a write.
+ */
+sluicegate_status sluicegate_limiter_open_shared(const char *name,
+                                                 size_t name_len,
+                                                 const struct sluicegate_shared_options *options,
+                                                 const struct sluicegate_config *configs,
+                                                 size_t count,
+                                                 char *err,
+                                                 size_t err_cap,
+                                                 struct sluicegate_limiter **out);
 
 /**
  * Releases a limiter. NULL does nothing.
@@ -1144,7 +1356,8 @@ sluicegate_status sluicegate_limiter_peek_n_at(const struct sluicegate_limiter *
  * carries over and concurrent checks see the old or the new quota, never a mix.
  * The algorithm, a window's length, the shaper's `max_delay_ns` and the log's
  * capacity cannot change (`SLUICEGATE_ERR_CONFIG_IMMUTABLE`); a config the
- * limiter rejects leaves it unchanged.
+ * limiter rejects leaves it unchanged. A shared limiter's parameters are fixed
+ * in its region: `SLUICEGATE_ERR_SHARED_FIXED` (open one of the new spec).
  *
  * # Safety
  * `limiter` is a live handle; `config` a config with `struct_size` set.
@@ -1155,7 +1368,8 @@ sluicegate_status sluicegate_limiter_set_config(const struct sluicegate_limiter 
 
 /**
  * Forgets all consumption: the limiter is full again. Not available for the
- * sliding log and compound limiters (`SLUICEGATE_ERR_UNSUPPORTED`).
+ * sliding log and compound limiters (`SLUICEGATE_ERR_UNSUPPORTED`), nor for a
+ * shared limiter (`SLUICEGATE_ERR_SHARED_FIXED`).
  *
  * # Safety
  * `limiter` is a live handle.
@@ -1254,7 +1468,7 @@ sluicegate_status sluicegate_policy_reload_from_file(const struct sluicegate_pol
 
 /**
  * The policy's metrics in the Prometheus text format (0.0.4) at the library
- * clock's now: per rule, requests allowed / denied / shadow-denied, backend
+ * clock's now (the region's, for a policy with a `[shared]` table): per rule, requests allowed / denied / shadow-denied, backend
  * errors, keys tracked, evictions, new keys turned away; the reload count and
  * the last reload error. `snprintf`-style: at most `cap` bytes including the NUL
  * into `buf` (NULL with `cap` 0 to measure), the full length (without the NUL)
@@ -1285,7 +1499,8 @@ sluicegate_status sluicegate_policy_metrics_text_at(const struct sluicegate_poli
 
 /**
  * Checks a request of cost `n` (usually 1; 0 peeks) now, on the library clock
- * (`sluicegate_now_ns`): admitted only if every enforcing rule that matches
+ * (`sluicegate_now_ns`; for a policy with a `[shared]` table, the region's
+ * clock, `sluicegate_shared_now_ns`): admitted only if every enforcing rule that matches
  * admits it, and a denial charges no rule. Shadow rules are checked and counted
  * but never deny. A cost above a rule's capacity is a denial by that rule with
  * `retry_after_ns = UINT64_MAX`.
@@ -1316,7 +1531,8 @@ sluicegate_status sluicegate_policy_check(const struct sluicegate_policy *policy
 /**
  * `sluicegate_policy_check` at the caller's time `now_ns` (one monotonic clock
  * for every call on this policy, e.g. `sluicegate_now_ns` read once per
- * event-loop turn). Rules on `redis` or `hybrid` backends decide on the Redis
+ * event-loop turn; `sluicegate_shared_now_ns` for a policy with a `[shared]`
+ * table, whose keyed state every process reads on that one clock). Rules on `redis` or `hybrid` backends decide on the Redis
  * server's clock whatever `now_ns` is.
  *
  * # Safety
@@ -1493,6 +1709,40 @@ sluicegate_status sluicegate_redis_peek(const struct sluicegate_redis *redis,
  * `redis` is a live handle; `open` is valid for a write.
  */
 sluicegate_status sluicegate_redis_circuit_open(const struct sluicegate_redis *redis, bool *open);
+
+/**
+ * The region's time base: nanoseconds of `CLOCK_MONOTONIC`, the same clock in
+ * every process of one boot. Pass it to the `_at` calls of shared handles
+ * (read once per event-loop turn, as `sluicegate_now_ns` for local ones).
+ *
+ * Without the library's `shared` feature it still answers (the clock is the
+ * system's); there are no shared handles to give it to.
+ *
+ * # Safety
+ * None; callable from any thread.
+ */
+uint64_t sluicegate_shared_now_ns(void);
+
+/**
+ * Removes region `name` (`name_len` bytes of UTF-8, not NUL-terminated: a
+ * path, or a bare name for `/dev/shm/sluicegate-<name>`). Processes that have
+ * it mapped keep using their mapping; the next open makes a new region. A
+ * region that does not exist is not an error. On failure `err` (NULL, or
+ * `err_cap` bytes) gets the file and the reason: `SLUICEGATE_ERR_SHARED_ACCESS`
+ * for a directory this user cannot write, `SLUICEGATE_ERR_SHARED_IO` otherwise.
+ *
+ * Bad names: NULL is `SLUICEGATE_ERR_NULL`; empty, longer than
+ * `SLUICEGATE_SHARED_MAX_NAME` or holding a NUL is `SLUICEGATE_ERR_BAD_NAME`;
+ * not UTF-8 is `SLUICEGATE_ERR_NOT_UTF8`.
+ *
+ * # Safety
+ * `name` points to `name_len` readable bytes; `err` is NULL or valid for
+ * writes of `err_cap` bytes.
+ */
+sluicegate_status sluicegate_shared_unlink(const char *name,
+                                           size_t name_len,
+                                           char *err,
+                                           size_t err_cap);
 
 /**
  * The static, NUL-terminated English message for `status`; an unknown value

@@ -3,6 +3,20 @@
  *
  *   http_server [--port N] [--rate "5 per 10 seconds"] [--lifetime SECONDS]
  *               [--port-file PATH] [--capacity KEYS] [--policy rules.toml]
+ *               [--workers N] [--shared NAME_OR_PATH]
+ *
+ * Pre-fork mode (--workers N, N > 1): the parent binds the listening socket,
+ * then forks N workers that all accept on it (as nginx or Apache's prefork
+ * do). The parent opens nothing stateful before fork: each worker opens its
+ * limiter in a shared-memory region after fork (sluicegate_keyed_open_shared),
+ * so the workers share one state per client IP and admit the limit once
+ * between them, not once each. The region is --shared (a bare name is
+ * /dev/shm/sluicegate-<name>), or by default one named after the parent's pid,
+ * removed when the parent exits. With --policy, each worker loads the rule
+ * file, which should carry a [shared] table for the same effect. SIGTERM or
+ * SIGINT to the parent stops the workers; so does killing the process group.
+ * --shared alone (one process) keeps the state in the region too, e.g. to
+ * share it with other programs.
  *
  * Without --policy, each client IP gets a keyed limiter at --rate. With
  * --policy, the rule file decides (sluicegate_policy_*): each request's
@@ -16,7 +30,8 @@
  *   RateLimit: "default";r=<remaining>;t=<seconds until full>
  * and a denied request gets 429 with Retry-After (whole seconds, rounded up).
  *
- * The clock is read once per event-loop turn (sluicegate_now_ns) and passed to
+ * The clock is read once per event-loop turn (sluicegate_now_ns; for a
+ * shared region, its own time base, sluicegate_shared_now_ns) and passed to
  * every check of that turn (sluicegate_keyed_check_at): no clock read per
  * request. Port 0 picks a free port; the port is printed and, with --port-file,
  * written to a file. The server exits after --lifetime seconds (default 30) or
@@ -32,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -233,40 +249,35 @@ static void drop(struct client *c) {
     c->len = 0;
 }
 
-int main(int argc, char **argv) {
-    unsigned port = 8080;
-    const char *rate = "5 per 10 seconds";
-    const char *port_file = NULL;
-    double lifetime = 30;
-    unsigned long long capacity = 65536;
-    const char *policy_file = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--port") == 0) port = (unsigned)strtoul(argv[i + 1], NULL, 10);
-        else if (strcmp(argv[i], "--rate") == 0) rate = argv[i + 1];
-        else if (strcmp(argv[i], "--lifetime") == 0) lifetime = strtod(argv[i + 1], NULL);
-        else if (strcmp(argv[i], "--port-file") == 0) port_file = argv[i + 1];
-        else if (strcmp(argv[i], "--capacity") == 0) capacity = strtoull(argv[i + 1], NULL, 10);
-        else if (strcmp(argv[i], "--policy") == 0) policy_file = argv[i + 1];
-        else {
-            fprintf(stderr, "unknown option %s\n", argv[i]);
-            return 2;
-        }
-    }
+/* Writes the port to `path` atomically (it appears complete or not at all). */
+static int write_port_file(const char *path, unsigned port) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return 0;
+    fprintf(f, "%u\n", port);
+    fclose(f);
+    return rename(tmp, path) == 0;
+}
 
+/* What every worker serves with. */
+struct setup {
+    const char *rate;
+    const char *policy_file;
+    const char *shared; /* a region name or path, or NULL: this process only */
+    unsigned long long capacity;
+    double lifetime;
     sluicegate_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.struct_size = sizeof cfg;
-    cfg.algorithm = SLUICEGATE_TOKEN_BUCKET;
-    sluicegate_parse_error perr;
-    sluicegate_status s = sluicegate_config_parse(rate, strlen(rate), &cfg, &perr);
-    if (s != SLUICEGATE_OK) {
-        fprintf(stderr, "bad --rate %s: %s at byte %zu: %s\n", rate, sluicegate_status_str(s),
-                perr.position, perr.message ? perr.message : "");
-        return 2;
-    }
+};
+
+/* One server: builds its limiter (or policy), then answers on `lfd` until
+ * stopped or its lifetime is over. Returns the exit code. */
+static int serve(int lfd, const struct setup *st) {
+    sluicegate_status s;
     sluicegate_policy *policy = NULL;
     sluicegate_policy_decision *decision = NULL;
     static char msg[8192];
+    const char *policy_file = st->policy_file;
     if (policy_file) {
         s = sluicegate_policy_new_from_file(policy_file, strlen(policy_file), msg, sizeof msg,
                                             &policy);
@@ -278,57 +289,25 @@ int main(int argc, char **argv) {
         if (sluicegate_policy_decision_new(&decision) != SLUICEGATE_OK) return 1;
     }
     sluicegate_keyed *table = NULL;
-    s = policy ? SLUICEGATE_OK : sluicegate_keyed_new(&cfg, capacity, SLUICEGATE_EVICT_STALEST, &table);
+    if (policy) s = SLUICEGATE_OK;
+    else if (st->shared)
+        s = sluicegate_keyed_open_shared(st->shared, strlen(st->shared), NULL, &st->cfg,
+                                         st->capacity, SLUICEGATE_EVICT_STALEST, msg, sizeof msg,
+                                         &table);
+    else s = sluicegate_keyed_new(&st->cfg, st->capacity, SLUICEGATE_EVICT_STALEST, &table);
     if (s != SLUICEGATE_OK) {
         char why[160];
-        sluicegate_config_validate(&cfg, why, sizeof why);
-        fprintf(stderr, "cannot build the limiter: %s (%s)\n", sluicegate_status_str(s), why);
+        sluicegate_config_validate(&st->cfg, why, sizeof why);
+        fprintf(stderr, "cannot build the limiter: %s (%s)\n", sluicegate_status_str(s),
+                st->shared ? msg : why);
         return 2;
     }
-
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* 127.0.0.1 only */
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 64) != 0) {
-        perror("listen");
-        return 1;
-    }
-    socklen_t salen = sizeof sa;
-    getsockname(lfd, (struct sockaddr *)&sa, &salen);
-    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
-    if (policy)
-        printf("listening on 127.0.0.1:%u, policy %s (sluicegate %s)\n", ntohs(sa.sin_port),
-               policy_file, sluicegate_version());
-    else
-        printf("listening on 127.0.0.1:%u, %s per client IP (sluicegate %s)\n", ntohs(sa.sin_port),
-               rate, sluicegate_version());
-    fflush(stdout);
-    if (port_file) {
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
-        FILE *f = fopen(tmp, "w");
-        if (!f) return 1;
-        fprintf(f, "%u\n", ntohs(sa.sin_port));
-        fclose(f);
-        rename(tmp, port_file); /* appears complete or not at all */
-    }
-
-    struct sigaction act;
-    memset(&act, 0, sizeof act);
-    act.sa_handler = on_signal;
-    sigaction(SIGINT, &act, NULL);
-    sigaction(SIGTERM, &act, NULL);
-    sigaction(SIGHUP, &act, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    /* A shared region's time base is its own, the same in every process. */
+    uint64_t (*const clock_ns)(void) = st->shared ? sluicegate_shared_now_ns : sluicegate_now_ns;
 
     static struct client clients[MAX_CLIENTS];
     for (int i = 0; i < MAX_CLIENTS; ++i) clients[i].fd = -1;
-    const double deadline = mono_secs() + lifetime;
+    const double deadline = mono_secs() + st->lifetime;
     unsigned long served = 0;
 
     while (!stopping && mono_secs() < deadline) {
@@ -363,7 +342,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         /* One clock read for everything this turn decides. */
-        const uint64_t now = sluicegate_now_ns();
+        const uint64_t now = clock_ns();
         for (nfds_t p = 1; p < n; ++p) {
             if (!(pfd[p].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             struct client *c = &clients[idx[p]];
@@ -377,7 +356,7 @@ int main(int argc, char **argv) {
             c->buf[c->len] = '\0';
             if (strstr(c->buf, "\r\n\r\n") != NULL) {
                 if (policy) respond_policy(c, policy, decision, now);
-                else respond(c, table, &cfg, now);
+                else respond(c, table, &st->cfg, now);
                 ++served;
                 drop(c);
             } else if (c->len >= sizeof c->buf - 1) {
@@ -393,6 +372,8 @@ int main(int argc, char **argv) {
             for (;;) {
                 struct sockaddr_in peer;
                 socklen_t plen = sizeof peer;
+                /* Workers share the socket: another may have taken the
+                 * connection first (EAGAIN). */
                 int fd = accept(lfd, (struct sockaddr *)&peer, &plen);
                 if (fd < 0) break;
                 int slot = -1;
@@ -412,14 +393,141 @@ int main(int argc, char **argv) {
     for (int i = 0; i < MAX_CLIENTS; ++i)
         if (clients[i].fd >= 0) drop(&clients[i]);
     close(lfd);
-    sluicegate_keyed_stats st;
+    sluicegate_keyed_stats stats;
     if (policy)
         printf("served %lu requests under the policy; bye\n", served);
-    else if (sluicegate_keyed_get_stats(table, &st) == SLUICEGATE_OK)
+    else if (sluicegate_keyed_get_stats(table, &stats) == SLUICEGATE_OK)
         printf("served %lu requests from %llu client addresses; bye\n", served,
-               (unsigned long long)(st.inserted + st.reused));
+               (unsigned long long)(stats.inserted + stats.reused));
+    fflush(stdout);
     sluicegate_keyed_free(table);
     sluicegate_policy_decision_free(decision);
     sluicegate_policy_free(policy);
     return 0;
+}
+
+int main(int argc, char **argv) {
+    unsigned port = 8080;
+    const char *port_file = NULL;
+    unsigned workers = 1;
+    struct setup st = {"5 per 10 seconds", NULL, NULL, 65536, 30, {0}};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--port") == 0) port = (unsigned)strtoul(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--rate") == 0) st.rate = argv[i + 1];
+        else if (strcmp(argv[i], "--lifetime") == 0) st.lifetime = strtod(argv[i + 1], NULL);
+        else if (strcmp(argv[i], "--port-file") == 0) port_file = argv[i + 1];
+        else if (strcmp(argv[i], "--capacity") == 0) st.capacity = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--policy") == 0) st.policy_file = argv[i + 1];
+        else if (strcmp(argv[i], "--workers") == 0) workers = (unsigned)strtoul(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--shared") == 0) st.shared = argv[i + 1];
+        else {
+            fprintf(stderr, "unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (workers < 1 || workers > 64) {
+        fprintf(stderr, "--workers must be 1 to 64\n");
+        return 2;
+    }
+    /* Several workers share their limits through a region: one of their own
+     * unless --shared names one, removed at exit. */
+    static char own_region[64];
+    if (workers > 1 && !st.shared && !st.policy_file) {
+        snprintf(own_region, sizeof own_region, "http-server-%ld", (long)getpid());
+        st.shared = own_region;
+    }
+
+    memset(&st.cfg, 0, sizeof st.cfg);
+    st.cfg.struct_size = sizeof st.cfg;
+    st.cfg.algorithm = SLUICEGATE_TOKEN_BUCKET;
+    sluicegate_parse_error perr;
+    sluicegate_status s = sluicegate_config_parse(st.rate, strlen(st.rate), &st.cfg, &perr);
+    if (s != SLUICEGATE_OK) {
+        fprintf(stderr, "bad --rate %s: %s at byte %zu: %s\n", st.rate, sluicegate_status_str(s),
+                perr.position, perr.message ? perr.message : "");
+        return 2;
+    }
+
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* 127.0.0.1 only */
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 128) != 0) {
+        perror("listen");
+        return 1;
+    }
+    socklen_t salen = sizeof sa;
+    getsockname(lfd, (struct sockaddr *)&sa, &salen);
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
+
+    struct sigaction act;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = on_signal;
+    sigaction(SIGINT, &act, NULL);
+    sigaction(SIGTERM, &act, NULL);
+    sigaction(SIGHUP, &act, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (st.policy_file)
+        printf("listening on 127.0.0.1:%u, policy %s", ntohs(sa.sin_port), st.policy_file);
+    else
+        printf("listening on 127.0.0.1:%u, %s per client IP", ntohs(sa.sin_port), st.rate);
+    if (workers > 1) printf(", %u workers", workers);
+    if (st.shared) printf(", shared region %s", st.shared);
+    printf(" (sluicegate %s)\n", sluicegate_version());
+    fflush(stdout);
+
+    int rc = 0;
+    if (workers == 1) {
+        if (port_file && !write_port_file(port_file, ntohs(sa.sin_port))) return 1;
+        rc = serve(lfd, &st);
+    } else {
+        pid_t pids[64];
+        for (unsigned w = 0; w < workers; ++w) {
+            pids[w] = fork();
+            if (pids[w] < 0) {
+                perror("fork");
+                stopping = 1;
+                workers = w;
+                break;
+            }
+            if (pids[w] == 0) _exit(serve(lfd, &st));
+        }
+        close(lfd);
+        /* The port file appears once every worker is accepting (or about to:
+         * the socket is listening already, so no connection is refused). */
+        if (!stopping && port_file && !write_port_file(port_file, ntohs(sa.sin_port))) stopping = 1;
+        /* Reap the workers; forward SIGTERM/SIGINT to them once (polled, so a
+         * signal between two checks is never missed). */
+        unsigned left = workers;
+        int forwarded = 0;
+        while (left > 0) {
+            if (stopping && !forwarded) {
+                for (unsigned w = 0; w < workers; ++w) kill(pids[w], SIGTERM);
+                forwarded = 1;
+            }
+            int ws = 0;
+            pid_t pid = waitpid(-1, &ws, WNOHANG);
+            if (pid == 0 || (pid < 0 && errno == EINTR)) {
+                const struct timespec tick = {0, 50000000};
+                nanosleep(&tick, NULL);
+                continue;
+            }
+            if (pid < 0) break;
+            --left;
+            if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+                /* A worker failed (e.g. its region could not be opened): stop. */
+                if (rc == 0) rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+                stopping = 1;
+            }
+        }
+        printf("%u workers stopped; bye\n", workers);
+    }
+    if (st.shared == own_region)
+        sluicegate_shared_unlink(own_region, strlen(own_region), NULL, 0);
+    return rc;
 }

@@ -108,3 +108,45 @@ pub unsafe fn read_versioned<T: Copy>(p: *const T) -> Result<T, sluicegate_statu
     // aligned, and every bit pattern is a valid `T` (the caller's contract).
     Ok(unsafe { p.read() })
 }
+
+/// Copies `text` into a caller's buffer, `snprintf`-style: as many bytes as fit
+/// with a NUL after them, and the full length (without the NUL) into `*len`.
+///
+/// # Safety
+/// `buf` is NULL or valid for writes of `cap` bytes; `len` is NULL or valid for
+/// a write.
+#[cfg(any(feature = "policy", feature = "shared"))]
+pub(crate) unsafe fn put_text(
+    text: &str,
+    buf: *mut core::ffi::c_char,
+    cap: usize,
+    len: *mut usize,
+) -> Result<(), sluicegate_status> {
+    if buf.is_null() && cap != 0 {
+        return Err(SLUICEGATE_ERR_NULL);
+    }
+    if cap != 0 {
+        let n = text.len().min(cap - 1);
+        // SAFETY: `buf` is non-NULL and valid for `cap > n` bytes (the contract);
+        // the source is a live `&str`, which cannot overlap the caller's buffer.
+        unsafe {
+            core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            buf.add(n).write(0);
+        }
+    }
+    // SAFETY: NULL or valid for a write (the contract); NULL is not written.
+    let _ = unsafe { write(len, text.len()) };
+    Ok(())
+}
+
+/// Clears the caller's message buffer, so it reads "" unless a call writes it.
+///
+/// # Safety
+/// `err` is NULL or valid for writes of `err_cap` bytes.
+#[cfg(any(feature = "policy", feature = "shared"))]
+pub(crate) unsafe fn clear_message(err: *mut core::ffi::c_char, err_cap: usize) {
+    if !err.is_null() && err_cap != 0 {
+        // SAFETY: non-NULL, at least one byte (the contract).
+        unsafe { err.write(0) };
+    }
+}

@@ -72,11 +72,34 @@ pub struct sluicegate_keyed_stats {
 
 /// An opaque keyed limiter: one state per key (an IP address, a user id, an API
 /// token: any bytes), all under one quota. The table stores a 63-bit keyed-hash
-/// fingerprint per key (random seed per table), never the key. Thread-safe;
-/// checks take no lock and never allocate. Created by `sluicegate_keyed_new`,
-/// owned by the caller, released by `sluicegate_keyed_free`.
+/// fingerprint per key (random seed per table; a shared region's seed for a
+/// shared one), never the key. Thread-safe; checks take no lock and never
+/// allocate. Created by `sluicegate_keyed_new` or
+/// `sluicegate_keyed_open_shared`, owned by the caller, released by
+/// `sluicegate_keyed_free`.
 pub struct sluicegate_keyed {
-    inner: AnyKeyed<Clk>,
+    inner: Keyed,
+}
+
+/// Where a keyed limiter's states live.
+enum Keyed {
+    /// A table of this process's, on the library clock.
+    Local(AnyKeyed<Clk>),
+    /// A shared region, on the region's time base.
+    #[cfg(feature = "shared")]
+    Shared(sluicegate_shm::SharedKeyed),
+}
+
+/// A table's bound on keys, checked: positive, at most
+/// `SLUICEGATE_KEYED_MAX_CAPACITY`.
+fn keys(capacity: u64) -> Result<usize, sluicegate_status> {
+    if capacity == 0 {
+        return Err(SLUICEGATE_ERR_CONFIG_ZERO);
+    }
+    if capacity > SLUICEGATE_KEYED_MAX_CAPACITY {
+        return Err(SLUICEGATE_ERR_CONFIG_TOO_LARGE);
+    }
+    usize::try_from(capacity).map_err(|_| SLUICEGATE_ERR_CONFIG_TOO_LARGE)
 }
 
 impl sluicegate_keyed {
@@ -85,18 +108,24 @@ impl sluicegate_keyed {
         capacity: u64,
         policy: FullPolicy,
     ) -> Result<Self, sluicegate_status> {
-        if capacity == 0 {
-            return Err(SLUICEGATE_ERR_CONFIG_ZERO);
-        }
-        if capacity > SLUICEGATE_KEYED_MAX_CAPACITY {
-            return Err(SLUICEGATE_ERR_CONFIG_TOO_LARGE);
-        }
-        let capacity = usize::try_from(capacity).map_err(|_| SLUICEGATE_ERR_CONFIG_TOO_LARGE)?;
+        let capacity = keys(capacity)?;
         // Validated before anything is allocated: a bad quota costs no memory.
         let spec = limit.spec()?;
         Ok(Self {
-            inner: AnyKeyed::with_clock(&spec, capacity, clock())?.with_policy(policy),
+            inner: Keyed::Local(
+                AnyKeyed::with_clock(&spec, capacity, clock())?.with_policy(policy),
+            ),
         })
+    }
+
+    /// The local table, or `SLUICEGATE_ERR_SHARED_FIXED` for a shared one
+    /// (whose parameters are fixed in its region).
+    fn local(&self) -> Result<&AnyKeyed<Clk>, sluicegate_status> {
+        match &self.inner {
+            Keyed::Local(t) => Ok(t),
+            #[cfg(feature = "shared")]
+            Keyed::Shared(_) => Err(SLUICEGATE_ERR_SHARED_FIXED),
+        }
     }
 
     #[inline(always)]
@@ -107,12 +136,22 @@ impl sluicegate_keyed {
         now: Option<u64>,
         consume: bool,
     ) -> Result<sluicegate_decision, InsufficientCapacity> {
-        let t = &self.inner;
-        match (now, consume) {
-            (Some(at), true) => t.check_n_at(key, n, at),
-            (Some(at), false) => t.peek_n_at(key, n, at),
-            (None, true) => t.check_n(key, n),
-            (None, false) => t.peek_n(key, n),
+        match &self.inner {
+            Keyed::Local(t) => match (now, consume) {
+                (Some(at), true) => t.check_n_at(key, n, at),
+                (Some(at), false) => t.peek_n_at(key, n, at),
+                (None, true) => t.check_n(key, n),
+                (None, false) => t.peek_n(key, n),
+            },
+            #[cfg(feature = "shared")]
+            Keyed::Shared(t) => {
+                let at = now.unwrap_or_else(sluicegate_shm::now);
+                if consume {
+                    t.check_n_at(key, n, at)
+                } else {
+                    t.peek_n_at(key, n, at)
+                }
+            }
         }
         .map(sluicegate_decision::of)
     }
@@ -145,6 +184,68 @@ pub unsafe extern "C" fn sluicegate_keyed_new(
         // SAFETY: `out` is non-NULL and valid for a write.
         unsafe { publish(out, keyed) }
     })
+}
+
+/// Opens a keyed limiter in the shared-memory region `name`: one state per key
+/// for **every process** that opens the same `config` and `max_keys` in the same
+/// region (a pre-fork server's workers), and stores the new handle in `*out`.
+/// A key is hashed by the region's documented hash (XXH3-64 of its bytes with the
+/// region's seed), so it lands on one state from every process and language.
+///
+/// * `name`, `options`, `err`: as in `sluicegate_limiter_open_shared`.
+/// * `config`: any algorithm except the sliding log (`SLUICEGATE_ERR_UNSUPPORTED`).
+/// * `max_keys`: the most live keys this limiter holds in the region (1 to
+///   `SLUICEGATE_KEYED_MAX_CAPACITY`); part of the limit's identity. Its slots
+///   are the region's, shared with its other limits.
+/// * `full_policy`: a `sluicegate_full_policy` value, this process's choice for
+///   a new key that finds no room.
+///
+/// The handle works with every `sluicegate_keyed_*` check and peek (the `_at`
+/// calls take nanoseconds of `sluicegate_shared_now_ns`); `get_stats`, `len_at`
+/// and `clear` report and act on the region, every process's keys.
+/// `sluicegate_keyed_set_config` is `SLUICEGATE_ERR_SHARED_FIXED`. The errors are
+/// those of `sluicegate_limiter_open_shared`; on error `*out` is unchanged.
+///
+/// # Safety
+/// `name` points to `name_len` readable bytes; `options` is NULL or a
+/// `sluicegate_shared_options` with `struct_size` set; `config` a config with
+/// `struct_size` set; `err` is NULL or valid for writes of `err_cap` bytes;
+/// `out` is valid for a write.
+#[cfg(feature = "shared")]
+#[no_mangle]
+pub unsafe extern "C" fn sluicegate_keyed_open_shared(
+    name: *const core::ffi::c_char,
+    name_len: usize,
+    options: *const crate::shared::sluicegate_shared_options,
+    config: *const sluicegate_config,
+    max_keys: u64,
+    full_policy: u32,
+    err: *mut core::ffi::c_char,
+    err_cap: usize,
+    out: *mut *mut sluicegate_keyed,
+) -> sluicegate_status {
+    // SAFETY: the export's contract.
+    unsafe {
+        crate::shared::with_message(err, err_cap, || {
+            if out.is_null() {
+                return Err(SLUICEGATE_ERR_NULL.into());
+            }
+            // Everything the caller gave is checked before a file is made.
+            let limit = LimitConfig::read(config)?;
+            let policy =
+                sluicegate_full_policy::from_u32(full_policy).ok_or(SLUICEGATE_ERR_BAD_POLICY)?;
+            let max_keys = keys(max_keys)?;
+            let spec = limit.spec()?;
+            let region = crate::shared::open(name, name_len, options)?;
+            let table = region.keyed(&spec, max_keys)?.with_policy(policy);
+            Ok(publish(
+                out,
+                sluicegate_keyed {
+                    inner: Keyed::Shared(table),
+                },
+            )?)
+        })
+    }
 }
 
 /// Releases a keyed limiter. NULL does nothing.
@@ -318,7 +419,9 @@ pub unsafe extern "C" fn sluicegate_keyed_peek_n_at(
 
 /// Changes the quota of every key at once; states carry over. The algorithm,
 /// a window's length and the shaper's `max_delay_ns` cannot change
-/// (`SLUICEGATE_ERR_CONFIG_IMMUTABLE`); a rejected config changes nothing.
+/// (`SLUICEGATE_ERR_CONFIG_IMMUTABLE`); a rejected config changes nothing. A
+/// shared table's parameters are fixed in its region:
+/// `SLUICEGATE_ERR_SHARED_FIXED` (open one of the new spec).
 ///
 /// # Safety
 /// `keyed` is a live handle; `config` a config with `struct_size` set.
@@ -329,19 +432,19 @@ pub unsafe extern "C" fn sluicegate_keyed_set_config(
 ) -> sluicegate_status {
     guard(|| {
         // SAFETY: the export's contract.
-        let k = unsafe { borrow(keyed) }?;
+        let k = unsafe { borrow(keyed) }?.local()?;
         // SAFETY: the export's contract.
         let limit = unsafe { LimitConfig::read(config) }?;
-        let current = k.inner.spec();
+        let current = k.spec();
         if limit.kind != current.kind() || limit.max_delay_ns != current.max_delay_ns() {
             return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
         }
-        Ok(k.inner.set_spec(&limit.spec()?)?)
+        Ok(k.set_spec(&limit.spec()?)?)
     })
 }
 
-/// Forgets every key. Not atomic with concurrent checks (each slot is cleared
-/// on its own).
+/// Forgets every key (of every process, for a shared table). Not atomic with
+/// concurrent checks (each slot is cleared on its own).
 ///
 /// # Safety
 /// `keyed` is a live handle.
@@ -351,13 +454,18 @@ pub unsafe extern "C" fn sluicegate_keyed_clear(
 ) -> sluicegate_status {
     guard(|| {
         // SAFETY: the export's contract.
-        let k = unsafe { borrow(keyed) }?;
-        k.inner.clear();
+        match &unsafe { borrow(keyed) }?.inner {
+            Keyed::Local(k) => k.clear(),
+            #[cfg(feature = "shared")]
+            Keyed::Shared(k) => k.clear(),
+        }
         Ok(())
     })
 }
 
-/// Writes the table's capacity and event counters to `*out`.
+/// Writes the table's capacity and event counters to `*out` (for a shared
+/// table, the region's: every process's events, and the most live keys it
+/// holds).
 ///
 /// # Safety
 /// `keyed` is a live handle; `out` is valid for a write.
@@ -369,7 +477,11 @@ pub unsafe extern "C" fn sluicegate_keyed_get_stats(
     guard(|| {
         // SAFETY: the export's contract.
         let k = unsafe { borrow(keyed) }?;
-        let (capacity, s) = (k.inner.capacity(), k.inner.stats());
+        let (capacity, s) = match &k.inner {
+            Keyed::Local(t) => (t.capacity(), t.stats()),
+            #[cfg(feature = "shared")]
+            Keyed::Shared(t) => (t.capacity(), t.stats()),
+        };
         let stats = sluicegate_keyed_stats {
             capacity: capacity as u64,
             inserted: s.inserted,
@@ -385,6 +497,8 @@ pub unsafe extern "C" fn sluicegate_keyed_get_stats(
 
 /// Writes to `*out` how many keys hold live (non-fresh) state at `now_ns`: a scan
 /// of the whole table, O(capacity); for monitoring, not for the request path.
+/// For a shared table: every process's keys, at `now_ns` of
+/// `sluicegate_shared_now_ns`.
 ///
 /// # Safety
 /// `keyed` is a live handle; `out` is valid for a write.
@@ -400,7 +514,11 @@ pub unsafe extern "C" fn sluicegate_keyed_len_at(
         if out.is_null() {
             return Err(SLUICEGATE_ERR_NULL);
         }
-        let n = k.inner.len_at(now_ns);
+        let n = match &k.inner {
+            Keyed::Local(t) => t.len_at(now_ns),
+            #[cfg(feature = "shared")]
+            Keyed::Shared(t) => t.len_at(now_ns),
+        };
         // SAFETY: the export's contract.
         unsafe { write(out, n as u64) }
     })

@@ -39,6 +39,10 @@
 //! * `policy` (default): the `sluicegate_policy` handle over `sluicegate-policy`
 //!   (rule files in TOML; see the `policy` module). The header declares its
 //!   functions either way.
+//! * `shared` (default): limiters and keyed limiters in a shared-memory region
+//!   every worker process of a host maps (`sluicegate_*_open_shared`, a
+//!   policy's `[shared]` table), over `sluicegate-shm`; see the `shared`
+//!   module. Unix only. The header declares its functions either way.
 //!
 //! # Versioned input structs, fixed output structs
 //! `sluicegate_config` starts with `struct_size`, set by the caller to
@@ -67,6 +71,7 @@ pub mod policy;
 pub mod policy_check;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod shared;
 pub mod status;
 pub mod striped;
 pub mod version;
@@ -89,6 +94,7 @@ pub use policy_check::{
 pub use redis::{
     sluicegate_failure_policy, sluicegate_redis, sluicegate_redis_config, sluicegate_source,
 };
+pub use shared::{sluicegate_shared_options, SLUICEGATE_SHARED_MAX_NAME};
 pub use status::sluicegate_status;
 pub use striped::{sluicegate_striped, SLUICEGATE_DEFAULT_STRIPES};
 

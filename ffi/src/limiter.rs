@@ -111,11 +111,21 @@ pub(crate) unsafe fn answer(
 }
 
 /// An opaque limiter handle: one limit, or up to `SLUICEGATE_MAX_LIMITS` limits of
-/// one algorithm admitted all-or-nothing. Thread-safe: any number of threads may
-/// check it at once. Created by `sluicegate_limiter_new`, owned by the caller,
-/// released by `sluicegate_limiter_free`.
+/// one algorithm admitted all-or-nothing, in this process or in a shared-memory
+/// region. Thread-safe: any number of threads may check it at once. Created by
+/// `sluicegate_limiter_new` or `sluicegate_limiter_open_shared`, owned by the
+/// caller, released by `sluicegate_limiter_free`.
 pub struct sluicegate_limiter {
-    inner: AnyLimiter<Clk>,
+    inner: Limiter,
+}
+
+/// Where a limiter's state lives.
+enum Limiter {
+    /// This process's memory, on the library clock.
+    Local(AnyLimiter<Clk>),
+    /// A shared region, on the region's time base.
+    #[cfg(feature = "shared")]
+    Shared(sluicegate_shm::SharedLimiter),
 }
 
 impl sluicegate_limiter {
@@ -126,20 +136,41 @@ impl sluicegate_limiter {
         now: Option<u64>,
         consume: bool,
     ) -> Result<sluicegate_decision, InsufficientCapacity> {
-        let l = &self.inner;
-        match (now, consume) {
-            (Some(t), true) => l.check_n_at(n, t),
-            (Some(t), false) => l.peek_n_at(n, t),
-            (None, true) => l.check_n(n),
-            (None, false) => l.peek_n(n),
+        match &self.inner {
+            Limiter::Local(l) => match (now, consume) {
+                (Some(t), true) => l.check_n_at(n, t),
+                (Some(t), false) => l.peek_n_at(n, t),
+                (None, true) => l.check_n(n),
+                (None, false) => l.peek_n(n),
+            },
+            #[cfg(feature = "shared")]
+            Limiter::Shared(l) => {
+                let t = now.unwrap_or_else(sluicegate_shm::now);
+                if consume {
+                    l.check_n_at(n, t)
+                } else {
+                    l.peek_n_at(n, t)
+                }
+            }
         }
         .map(sluicegate_decision::of)
+    }
+
+    /// The local limiter, or `SLUICEGATE_ERR_SHARED_FIXED` for a shared one
+    /// (whose parameters are fixed in its region).
+    fn local(&self) -> Result<&AnyLimiter<Clk>, sluicegate_status> {
+        match &self.inner {
+            Limiter::Local(l) => Ok(l),
+            #[cfg(feature = "shared")]
+            Limiter::Shared(_) => Err(SLUICEGATE_ERR_SHARED_FIXED),
+        }
     }
 
     /// Replaces limit `index` with `limit`; the algorithm, the shaper's max delay
     /// and the log's capacity (when given) must stay as they are.
     fn set_config(&self, index: usize, limit: &LimitConfig) -> Result<(), sluicegate_status> {
-        let current = self.inner.spec();
+        let local = self.local()?;
+        let current = local.spec();
         if limit.kind != current.kind() {
             return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
         }
@@ -151,8 +182,40 @@ impl sluicegate_limiter {
         {
             return Err(SLUICEGATE_ERR_CONFIG_IMMUTABLE);
         }
-        Ok(self.inner.set_quota(index, &limit.quota)?)
+        Ok(local.set_quota(index, &limit.quota)?)
     }
+}
+
+/// The spec of a caller's `count` configs (see `sluicegate_limiter_new`).
+///
+/// # Safety
+/// As `sluicegate_limiter_new`'s `configs`.
+unsafe fn read_spec(
+    configs: *const sluicegate_config,
+    count: usize,
+) -> Result<sluicegate::Spec, crate::limit::Rejected> {
+    use crate::limit::Rejected::Status;
+    if configs.is_null() {
+        return Err(Status(SLUICEGATE_ERR_NULL));
+    }
+    if count == 0 || count > SLUICEGATE_MAX_LIMITS {
+        return Err(Status(SLUICEGATE_ERR_LIMIT_COUNT));
+    }
+    // SAFETY: `configs` is a non-NULL array of at least one config.
+    let first = unsafe { crate::config::read_config(configs) }.map_err(Status)?;
+    let stride = first.struct_size as usize;
+    let mut limits = [LimitConfig::new(&first).map_err(Status)?; SLUICEGATE_MAX_LIMITS];
+    for (i, limit) in limits.iter_mut().enumerate().take(count).skip(1) {
+        // SAFETY: element `i < count` of an array of `stride`-byte elements.
+        let p = unsafe { configs.cast::<u8>().add(i * stride) }.cast::<sluicegate_config>();
+        // SAFETY: as above.
+        let c = unsafe { crate::config::read_config(p) }.map_err(Status)?;
+        if c.struct_size as usize != stride {
+            return Err(Status(SLUICEGATE_ERR_STRUCT_SIZE));
+        }
+        *limit = LimitConfig::new(&c).map_err(Status)?;
+    }
+    spec_of(&limits[..count])
 }
 
 /// Creates a limiter from `count` configs (1 to `SLUICEGATE_MAX_LIMITS`) and
@@ -179,33 +242,79 @@ pub unsafe extern "C" fn sluicegate_limiter_new(
     out: *mut *mut sluicegate_limiter,
 ) -> sluicegate_status {
     guard(|| {
-        if out.is_null() || configs.is_null() {
+        if out.is_null() {
             return Err(SLUICEGATE_ERR_NULL);
         }
-        if count == 0 || count > SLUICEGATE_MAX_LIMITS {
-            return Err(SLUICEGATE_ERR_LIMIT_COUNT);
-        }
-        // SAFETY: `configs` is a non-NULL array of at least one config.
-        let first = unsafe { crate::config::read_config(configs) }?;
-        let stride = first.struct_size as usize;
-        let mut limits = [LimitConfig::new(&first)?; SLUICEGATE_MAX_LIMITS];
-        for (i, limit) in limits.iter_mut().enumerate().take(count).skip(1) {
-            // SAFETY: element `i < count` of an array of `stride`-byte elements.
-            let p = unsafe { configs.cast::<u8>().add(i * stride) }.cast::<sluicegate_config>();
-            // SAFETY: as above.
-            let c = unsafe { crate::config::read_config(p) }?;
-            if c.struct_size as usize != stride {
-                return Err(SLUICEGATE_ERR_STRUCT_SIZE);
-            }
-            *limit = LimitConfig::new(&c)?;
-        }
-        let spec = spec_of(&limits[..count])?;
+        // SAFETY: the export's contract.
+        let spec = unsafe { read_spec(configs, count) }?;
         let limiter = sluicegate_limiter {
-            inner: AnyLimiter::with_clock(&spec, clock())?,
+            inner: Limiter::Local(AnyLimiter::with_clock(&spec, clock())?),
         };
         // SAFETY: `out` is non-NULL and valid for a write.
         unsafe { publish(out, limiter) }
     })
+}
+
+/// Opens a limiter of `count` configs (as `sluicegate_limiter_new`: one limit,
+/// or a compound of one algorithm) in the shared-memory region `name`, and
+/// stores the new handle in `*out`. Every process that opens the same spec in
+/// the same region checks **one** state: a pre-fork server's workers admit the
+/// limit once between them, not once each.
+///
+/// * `name`: `name_len` bytes of UTF-8, not NUL-terminated: a path, or a bare
+///   name without `/` for `/dev/shm/sluicegate-<name>`. The region is created
+///   (exclusively, with `options`) if it does not exist.
+/// * `options`: NULL for the defaults, or a `sluicegate_shared_options` with
+///   `struct_size` set.
+/// * `err`: NULL, or a buffer of `err_cap` bytes that gets `""` on success and
+///   the error's full text on failure (the file and what is wrong).
+///
+/// The handle works with every `sluicegate_limiter_*` check and peek. The calls
+/// without `_at` read the region's clock; the `_at` calls take nanoseconds of
+/// `sluicegate_shared_now_ns` (not `sluicegate_now_ns`).
+/// `sluicegate_limiter_set_config` and `sluicegate_limiter_reset` are
+/// `SLUICEGATE_ERR_SHARED_FIXED` (a limit's parameters are fixed in the region).
+/// The sliding log has no shared form (`SLUICEGATE_ERR_UNSUPPORTED`).
+///
+/// Errors: the configs' own statuses; `SLUICEGATE_ERR_BAD_NAME` /
+/// `SLUICEGATE_ERR_NOT_UTF8` for the name; a 22x status for each way the region
+/// cannot be opened (a symbolic link, another owner, not a region, another
+/// layout version, a truncated file, another size, no room, bad options, no
+/// lock-free 16-byte CAS, permission denied, a full registry). On error `*out`
+/// is unchanged.
+///
+/// # Safety
+/// `name` points to `name_len` readable bytes; `options` is NULL or a
+/// `sluicegate_shared_options` with `struct_size` set; `configs` as in
+/// `sluicegate_limiter_new`; `err` is NULL or valid for writes of `err_cap`
+/// bytes; `out` is valid for a write.
+#[cfg(feature = "shared")]
+#[no_mangle]
+pub unsafe extern "C" fn sluicegate_limiter_open_shared(
+    name: *const core::ffi::c_char,
+    name_len: usize,
+    options: *const crate::shared::sluicegate_shared_options,
+    configs: *const sluicegate_config,
+    count: usize,
+    err: *mut core::ffi::c_char,
+    err_cap: usize,
+    out: *mut *mut sluicegate_limiter,
+) -> sluicegate_status {
+    // SAFETY: the export's contract.
+    unsafe {
+        crate::shared::with_message(err, err_cap, || {
+            if out.is_null() {
+                return Err(SLUICEGATE_ERR_NULL.into());
+            }
+            // The spec first: a bad config creates no file.
+            let spec = read_spec(configs, count)?;
+            let region = crate::shared::open(name, name_len, options)?;
+            let limiter = sluicegate_limiter {
+                inner: Limiter::Shared(region.limiter(&spec)?),
+            };
+            Ok(publish(out, limiter)?)
+        })
+    }
 }
 
 /// Releases a limiter. NULL does nothing.
@@ -369,7 +478,8 @@ pub unsafe extern "C" fn sluicegate_limiter_peek_n_at(
 /// carries over and concurrent checks see the old or the new quota, never a mix.
 /// The algorithm, a window's length, the shaper's `max_delay_ns` and the log's
 /// capacity cannot change (`SLUICEGATE_ERR_CONFIG_IMMUTABLE`); a config the
-/// limiter rejects leaves it unchanged.
+/// limiter rejects leaves it unchanged. A shared limiter's parameters are fixed
+/// in its region: `SLUICEGATE_ERR_SHARED_FIXED` (open one of the new spec).
 ///
 /// # Safety
 /// `limiter` is a live handle; `config` a config with `struct_size` set.
@@ -389,7 +499,8 @@ pub unsafe extern "C" fn sluicegate_limiter_set_config(
 }
 
 /// Forgets all consumption: the limiter is full again. Not available for the
-/// sliding log and compound limiters (`SLUICEGATE_ERR_UNSUPPORTED`).
+/// sliding log and compound limiters (`SLUICEGATE_ERR_UNSUPPORTED`), nor for a
+/// shared limiter (`SLUICEGATE_ERR_SHARED_FIXED`).
 ///
 /// # Safety
 /// `limiter` is a live handle.
@@ -400,6 +511,6 @@ pub unsafe extern "C" fn sluicegate_limiter_reset(
     guard(|| {
         // SAFETY: the export's contract.
         let l = unsafe { borrow(limiter) }?;
-        Ok(l.inner.reset()?)
+        Ok(l.local()?.reset()?)
     })
 }

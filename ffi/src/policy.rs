@@ -19,12 +19,13 @@
 //!   as much as fits, NUL-terminated, and `*len` the full length.
 
 use core::ffi::c_char;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use ::sluicegate_policy as rules;
 use rules::{Code, Diagnostic, Policy};
 
 use crate::boundary::{guard, guard_void};
-use crate::handle::{borrow, bytes, free, publish, write};
+use crate::handle::{borrow, bytes, clear_message, free, publish, put_text};
 use crate::limiter::clock;
 use crate::status::sluicegate_status::{self, *};
 use sluicegate::Clock as _;
@@ -35,35 +36,28 @@ use sluicegate::Clock as _;
 /// caller, released by `sluicegate_policy_free`.
 pub struct sluicegate_policy {
     pub(crate) inner: Policy,
+    /// Whether the rules in force keep their state in a shared region (a
+    /// `[shared]` table): then "now" is the region's time base, the same in
+    /// every process, not the library clock. Set at creation and by each
+    /// reload that takes effect.
+    shared: AtomicBool,
 }
 
-/// Copies `text` into a caller's buffer, `snprintf`-style: as many bytes as fit
-/// with a NUL after them, and the full length (without the NUL) into `*len`.
-///
-/// # Safety
-/// `buf` is NULL or valid for writes of `cap` bytes; `len` is NULL or valid for
-/// a write.
-pub(crate) unsafe fn put_text(
-    text: &str,
-    buf: *mut c_char,
-    cap: usize,
-    len: *mut usize,
-) -> Result<(), sluicegate_status> {
-    if buf.is_null() && cap != 0 {
-        return Err(SLUICEGATE_ERR_NULL);
+impl sluicegate_policy {
+    fn new(inner: Policy) -> Self {
+        let shared = AtomicBool::new(inner.definition().shared().is_some());
+        Self { inner, shared }
     }
-    if cap != 0 {
-        let n = text.len().min(cap - 1);
-        // SAFETY: `buf` is non-NULL and valid for `cap > n` bytes (the contract);
-        // the source is a live `&str`, which cannot overlap the caller's buffer.
-        unsafe {
-            core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
-            buf.add(n).write(0);
+
+    /// The time of a call without `_at`: the region's clock for a policy with
+    /// a `[shared]` table, the library clock otherwise.
+    pub(crate) fn now(&self) -> u64 {
+        #[cfg(feature = "shared")]
+        if self.shared.load(Ordering::Relaxed) {
+            return sluicegate_shm::now();
         }
+        clock().now()
     }
-    // SAFETY: NULL or valid for a write (the contract); NULL is not written.
-    let _ = unsafe { write(len, text.len()) };
-    Ok(())
 }
 
 /// The status of a rejected policy: the first error's kind.
@@ -137,17 +131,6 @@ unsafe fn report<T>(
     r
 }
 
-/// Clears the caller's message buffer, so it reads "" unless a call writes it.
-///
-/// # Safety
-/// `err` is NULL or valid for writes of `err_cap` bytes.
-unsafe fn clear_message(err: *mut c_char, err_cap: usize) {
-    if !err.is_null() && err_cap != 0 {
-        // SAFETY: non-NULL, at least one byte (the contract).
-        unsafe { err.write(0) };
-    }
-}
-
 /// The policy builder of this library: with the `redis` feature, `redis` and
 /// `hybrid` rules are built by sluicegate-policy's Redis factory (a
 /// `RedisLimiter` per rule, a lease front for `hybrid`; the rule's `on_error`
@@ -187,7 +170,7 @@ unsafe fn create(
             })
         }?;
         // SAFETY: `out` is non-NULL and valid for a write.
-        unsafe { publish(out, sluicegate_policy { inner: policy }) }
+        unsafe { publish(out, sluicegate_policy::new(policy)) }
     })
 }
 
@@ -273,12 +256,17 @@ unsafe fn reload(
         // SAFETY: the export's contract.
         unsafe { clear_message(err, err_cap) };
         // SAFETY: the export's contract.
-        let pol = &unsafe { borrow(policy) }?.inner;
+        let handle = unsafe { borrow(policy) }?;
+        let pol = &handle.inner;
         // SAFETY: the export's contract.
         let r = match unsafe { source(p, len, file) }? {
             Source::Text(t) => pol.reload_from_toml(t),
             Source::File(f) => pol.reload_from_path(f),
         };
+        if r.is_ok() {
+            let shared = pol.definition().shared().is_some();
+            handle.shared.store(shared, Ordering::Relaxed);
+        }
         // SAFETY: the export's contract.
         unsafe { report(r, err, err_cap, |r| warnings_text(&r.warnings)) }.map(drop)
     })
@@ -325,7 +313,7 @@ pub unsafe extern "C" fn sluicegate_policy_reload_from_file(
 }
 
 /// The policy's metrics in the Prometheus text format (0.0.4) at the library
-/// clock's now: per rule, requests allowed / denied / shadow-denied, backend
+/// clock's now (the region's, for a policy with a `[shared]` table): per rule, requests allowed / denied / shadow-denied, backend
 /// errors, keys tracked, evictions, new keys turned away; the reload count and
 /// the last reload error. `snprintf`-style: at most `cap` bytes including the NUL
 /// into `buf` (NULL with `cap` 0 to measure), the full length (without the NUL)
@@ -343,7 +331,15 @@ pub unsafe extern "C" fn sluicegate_policy_metrics_text(
     len: *mut usize,
 ) -> sluicegate_status {
     // SAFETY: the export's contract.
-    unsafe { sluicegate_policy_metrics_text_at(policy, clock().now(), buf, cap, len) }
+    guard(|| {
+        // SAFETY: the export's contract.
+        let now = unsafe { borrow(policy) }?.now();
+        // SAFETY: the export's contract.
+        match unsafe { sluicegate_policy_metrics_text_at(policy, now, buf, cap, len) } {
+            SLUICEGATE_OK => Ok(()),
+            s => Err(s),
+        }
+    })
 }
 
 /// `sluicegate_policy_metrics_text` at the caller's time `now_ns` (the keys

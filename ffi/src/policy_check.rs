@@ -8,11 +8,10 @@ use ::sluicegate_policy as rules;
 use rules::{Attrs, Decision, Mode};
 
 use crate::boundary::{guard, guard_void};
+use crate::handle::put_text;
 use crate::handle::{borrow, bytes, free, publish, write};
-use crate::limiter::clock;
-use crate::policy::{put_text, sluicegate_policy};
+use crate::policy::sluicegate_policy;
 use crate::status::sluicegate_status::{self, *};
-use sluicegate::Clock as _;
 
 /// The most attributes one check takes. A policy looks each attribute it names
 /// up in the caller's array, so the bound keeps a check's cost bounded whatever a
@@ -176,13 +175,14 @@ unsafe fn check(
 ) -> sluicegate_status {
     guard(|| {
         // SAFETY: the export's contract.
-        let pol = &unsafe { borrow(policy) }?.inner;
+        let handle = unsafe { borrow(policy) }?;
+        let pol = &handle.inner;
         if out.is_null() {
             return Err(SLUICEGATE_ERR_NULL);
         }
         // SAFETY: the export's contract.
         let attrs = unsafe { CAttrs::new(attrs, attr_count) }?;
-        let now = now.unwrap_or_else(|| clock().now());
+        let now = now.unwrap_or_else(|| handle.now());
         let mut local;
         // SAFETY: NULL or a live decision that no other thread uses (the contract).
         let d = match unsafe { decision.as_mut() } {
@@ -211,7 +211,8 @@ unsafe fn check(
 }
 
 /// Checks a request of cost `n` (usually 1; 0 peeks) now, on the library clock
-/// (`sluicegate_now_ns`): admitted only if every enforcing rule that matches
+/// (`sluicegate_now_ns`; for a policy with a `[shared]` table, the region's
+/// clock, `sluicegate_shared_now_ns`): admitted only if every enforcing rule that matches
 /// admits it, and a denial charges no rule. Shadow rules are checked and counted
 /// but never deny. A cost above a rule's capacity is a denial by that rule with
 /// `retry_after_ns = UINT64_MAX`.
@@ -246,7 +247,8 @@ pub unsafe extern "C" fn sluicegate_policy_check(
 
 /// `sluicegate_policy_check` at the caller's time `now_ns` (one monotonic clock
 /// for every call on this policy, e.g. `sluicegate_now_ns` read once per
-/// event-loop turn). Rules on `redis` or `hybrid` backends decide on the Redis
+/// event-loop turn; `sluicegate_shared_now_ns` for a policy with a `[shared]`
+/// table, whose keyed state every process reads on that one clock). Rules on `redis` or `hybrid` backends decide on the Redis
 /// server's clock whatever `now_ns` is.
 ///
 /// # Safety

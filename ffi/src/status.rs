@@ -51,6 +51,9 @@ pub enum sluicegate_status {
     /// More request attributes than `SLUICEGATE_POLICY_MAX_ATTRS` in one policy
     /// check.
     SLUICEGATE_ERR_TOO_MANY_ATTRS = 113,
+    /// A shared region's name or path is empty, longer than
+    /// `SLUICEGATE_SHARED_MAX_NAME` bytes, or contains a NUL byte.
+    SLUICEGATE_ERR_BAD_NAME = 114,
     /// A field that must be positive is zero (amount, period, capacity, ...).
     SLUICEGATE_ERR_CONFIG_ZERO = 200,
     /// A value is above what the limiter's state can represent.
@@ -80,6 +83,48 @@ pub enum sluicegate_status {
     /// column and rule of every error. A reload that fails this way keeps the
     /// policy in force.
     SLUICEGATE_ERR_POLICY = 208,
+    /// 22x: shared regions (`sluicegate_*_open_shared`). The path is a symbolic
+    /// link (never followed) or not a regular file (a directory, a device).
+    SLUICEGATE_ERR_SHARED_NOT_A_FILE = 220,
+    /// The region's file is owned by another user; the options'
+    /// `allow_other_owner` accepts it (a master running as root that made it
+    /// for its workers).
+    SLUICEGATE_ERR_SHARED_OTHER_OWNER = 221,
+    /// The file is not a sluicegate region (another magic number): it is left
+    /// as it was.
+    SLUICEGATE_ERR_SHARED_NOT_A_REGION = 222,
+    /// The region was made with another layout version (a newer or older
+    /// library): never reinterpreted; remove it (`sluicegate_shared_unlink`) to
+    /// make a new one.
+    SLUICEGATE_ERR_SHARED_VERSION = 223,
+    /// The region's header describes parts its file does not hold (a
+    /// truncated file), or parts this library lays out differently.
+    SLUICEGATE_ERR_SHARED_CORRUPT = 224,
+    /// The region exists with another size than the options ask for (the
+    /// message names both): resizing is a new region.
+    SLUICEGATE_ERR_SHARED_MISMATCH = 225,
+    /// The device has no room for the region (a full tmpfs: Docker's default
+    /// `/dev/shm` is 64 MB); reported at open, never as a crash later.
+    SLUICEGATE_ERR_SHARED_NO_SPACE = 226,
+    /// The options describe no region: memory for not one group of 8 keys, or
+    /// more than 65,535 limits.
+    SLUICEGATE_ERR_SHARED_OPTIONS = 227,
+    /// This CPU has no lock-free 16-byte compare-and-swap: a region shared
+    /// through a lock in one process's memory would not be shared at all.
+    SLUICEGATE_ERR_SHARED_NOT_LOCK_FREE = 228,
+    /// Permission denied on the region's file or its directory (a read-only
+    /// file, a directory this user cannot write, a read-only file system).
+    SLUICEGATE_ERR_SHARED_ACCESS = 229,
+    /// Any other system call on the region's file failed (a missing directory,
+    /// a failed `mmap`); the message names the file, the call and the reason.
+    SLUICEGATE_ERR_SHARED_IO = 230,
+    /// The region's registry of limits is full (the options' `limits`): this
+    /// limit cannot be added; the limits already in it keep working.
+    SLUICEGATE_ERR_SHARED_FULL = 231,
+    /// Refused on a shared handle: its parameters are fixed in the region for
+    /// every process (`set_config`: open a handle of the new spec instead,
+    /// which is another limit), and a shared single limiter has no `reset`.
+    SLUICEGATE_ERR_SHARED_FIXED = 232,
     /// The cost `n` exceeds the limiter's capacity: it can never be admitted (not
     /// a denial; the decision is filled with `allowed = false`).
     SLUICEGATE_ERR_INSUFFICIENT_CAPACITY = 300,
@@ -131,6 +176,9 @@ impl sluicegate_status {
             SLUICEGATE_ERR_TOO_MANY_ATTRS => {
                 c"more request attributes than SLUICEGATE_POLICY_MAX_ATTRS"
             }
+            SLUICEGATE_ERR_BAD_NAME => {
+                c"the shared region's name is empty, longer than SLUICEGATE_SHARED_MAX_NAME bytes or contains a NUL"
+            }
             SLUICEGATE_ERR_CONFIG_ZERO => c"a configuration field that must be positive is zero",
             SLUICEGATE_ERR_CONFIG_TOO_LARGE => c"a configuration value is too large for this limiter",
             SLUICEGATE_ERR_CONFIG_TOO_FAST => c"the rate is faster than one unit per nanosecond",
@@ -146,6 +194,41 @@ impl sluicegate_status {
             SLUICEGATE_ERR_POLICY => {
                 c"the policy is invalid (the error message names the file, line, column and rule)"
             }
+            SLUICEGATE_ERR_SHARED_NOT_A_FILE => {
+                c"the shared region's path is a symbolic link (never followed) or not a regular file"
+            }
+            SLUICEGATE_ERR_SHARED_OTHER_OWNER => {
+                c"the shared region's file is owned by another user (allow_other_owner accepts it)"
+            }
+            SLUICEGATE_ERR_SHARED_NOT_A_REGION => c"the file is not a sluicegate shared region",
+            SLUICEGATE_ERR_SHARED_VERSION => {
+                c"the shared region has another layout version (remove it to make a new one)"
+            }
+            SLUICEGATE_ERR_SHARED_CORRUPT => {
+                c"the shared region is corrupt: its header describes parts its file does not hold (truncated?)"
+            }
+            SLUICEGATE_ERR_SHARED_MISMATCH => {
+                c"the shared region exists with another size than asked for (resizing is a new region)"
+            }
+            SLUICEGATE_ERR_SHARED_NO_SPACE => {
+                c"no room for the shared region on its device (Docker's default /dev/shm is 64 MB)"
+            }
+            SLUICEGATE_ERR_SHARED_OPTIONS => {
+                c"the shared region options describe no region (too little memory, or over 65535 limits)"
+            }
+            SLUICEGATE_ERR_SHARED_NOT_LOCK_FREE => {
+                c"this CPU has no lock-free 16-byte compare-and-swap: shared regions are unavailable"
+            }
+            SLUICEGATE_ERR_SHARED_ACCESS => {
+                c"permission denied on the shared region's file or directory (read-only?)"
+            }
+            SLUICEGATE_ERR_SHARED_IO => c"a system call on the shared region's file failed",
+            SLUICEGATE_ERR_SHARED_FULL => {
+                c"the shared region's registry of limits is full (the options' limits)"
+            }
+            SLUICEGATE_ERR_SHARED_FIXED => {
+                c"refused on a shared handle: its parameters are fixed in the region (open one of the new spec)"
+            }
             SLUICEGATE_ERR_INSUFFICIENT_CAPACITY => {
                 c"the request exceeds the limiter's capacity and can never be admitted"
             }
@@ -160,7 +243,7 @@ impl sluicegate_status {
     }
 
     /// Every status (for `sluicegate_status_str` and tests).
-    pub(crate) const ALL: [sluicegate_status; 29] = [
+    pub(crate) const ALL: [sluicegate_status; 43] = [
         SLUICEGATE_OK,
         SLUICEGATE_ERR_NULL,
         SLUICEGATE_ERR_STRUCT_SIZE,
@@ -176,6 +259,7 @@ impl sluicegate_status {
         SLUICEGATE_ERR_NOT_UTF8,
         SLUICEGATE_ERR_BAD_FAILURE_POLICY,
         SLUICEGATE_ERR_TOO_MANY_ATTRS,
+        SLUICEGATE_ERR_BAD_NAME,
         SLUICEGATE_ERR_CONFIG_ZERO,
         SLUICEGATE_ERR_CONFIG_TOO_LARGE,
         SLUICEGATE_ERR_CONFIG_TOO_FAST,
@@ -185,6 +269,19 @@ impl sluicegate_status {
         SLUICEGATE_ERR_BAD_URL,
         SLUICEGATE_ERR_CONFIG_RESOLUTION,
         SLUICEGATE_ERR_POLICY,
+        SLUICEGATE_ERR_SHARED_NOT_A_FILE,
+        SLUICEGATE_ERR_SHARED_OTHER_OWNER,
+        SLUICEGATE_ERR_SHARED_NOT_A_REGION,
+        SLUICEGATE_ERR_SHARED_VERSION,
+        SLUICEGATE_ERR_SHARED_CORRUPT,
+        SLUICEGATE_ERR_SHARED_MISMATCH,
+        SLUICEGATE_ERR_SHARED_NO_SPACE,
+        SLUICEGATE_ERR_SHARED_OPTIONS,
+        SLUICEGATE_ERR_SHARED_NOT_LOCK_FREE,
+        SLUICEGATE_ERR_SHARED_ACCESS,
+        SLUICEGATE_ERR_SHARED_IO,
+        SLUICEGATE_ERR_SHARED_FULL,
+        SLUICEGATE_ERR_SHARED_FIXED,
         SLUICEGATE_ERR_INSUFFICIENT_CAPACITY,
         SLUICEGATE_ERR_ALLOC,
         SLUICEGATE_ERR_PANIC,
@@ -218,6 +315,9 @@ impl From<SpecError> for sluicegate_status {
             SpecError::Stripes { .. } => SLUICEGATE_ERR_BAD_STRIPES,
             SpecError::Immutable { .. } => SLUICEGATE_ERR_CONFIG_IMMUTABLE,
             SpecError::Alloc { .. } => SLUICEGATE_ERR_ALLOC,
+            // Only a pool's registry fills up, and the C ABI's pools are
+            // shared regions.
+            SpecError::PoolFull { .. } => SLUICEGATE_ERR_SHARED_FULL,
             _ => SLUICEGATE_ERR_CONFIG_INVALID,
         }
     }
