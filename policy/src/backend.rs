@@ -190,13 +190,23 @@ pub(crate) enum Answer {
 
 impl Limiter {
     /// The local limiter for `rule` (its backend ignored); a keyed rule's keys
-    /// live in `pool` (the policy has one whenever it has a keyed rule).
+    /// live in `pool` (the policy has one whenever it has a keyed rule). In a
+    /// pool in caller memory (a shared-memory region) an unkeyed rule lives
+    /// there too, so that every process sharing it counts together: one word
+    /// of the region for one quota (stripes are a process's own, so none),
+    /// one key of a one-key table for several.
     pub(crate) fn local(rule: &RuleDef, pool: Option<&Pool>) -> Result<Limiter, String> {
         let spec = rule.spec();
         let err = |e: SpecError| e.to_string();
         Ok(if !rule.key().is_empty() {
             let pool = pool.ok_or("a keyed rule needs the policy's keyed state")?;
             Limiter::Keyed(KeyedTable::new(pool, spec, rule.capacity()).map_err(err)?)
+        } else if let Some(shared) = pool.filter(|p| p.in_caller_memory()) {
+            if let [_] = spec.quotas() {
+                Limiter::One(AnyLimiter::in_pool(shared, spec, ()).map_err(err)?)
+            } else {
+                Limiter::Keyed(KeyedTable::new(shared, spec, 1).map_err(err)?)
+            }
         } else if rule.stripes() > 1 {
             Limiter::One(AnyLimiter::striped(spec, rule.stripes(), ()).map_err(err)?)
         } else {

@@ -211,8 +211,7 @@ impl crate::Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn metrics_text(&self) -> String {
-        use sluicegate::Clock;
-        self.metrics_text_at(self.core.clock.now())
+        self.metrics_text_at(self.now())
     }
 
     /// [`Self::metrics_text`] at `now` on the caller's clock.

@@ -268,6 +268,23 @@ impl Policy {
         self.core.current.load().remote
     }
 
+    /// The policy's time, in nanoseconds: the time base of the memory its state
+    /// lives in when that has one (a shared-memory region's: every process
+    /// sharing it must check at times they all read alike), else the policy's
+    /// own clock. What the calls without `_at` check at.
+    ///
+    /// ```
+    /// # use sluicegate_policy::Policy;
+    /// let p = Policy::from_toml("")?;
+    /// assert!(p.now() <= p.now());
+    /// # Ok::<(), sluicegate_policy::Error>(())
+    /// ```
+    #[inline]
+    pub fn now(&self) -> u64 {
+        let shared = self.core.current.load().pool.as_ref().and_then(Pool::now);
+        shared.unwrap_or_else(|| self.core.clock.now())
+    }
+
     /// Checks one request of cost 1 now (the policy's clock).
     ///
     /// ```
@@ -278,7 +295,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check<A: Attrs + ?Sized>(&self, attrs: &A) -> Decision {
-        self.check_n_at(attrs, 1, self.core.clock.now())
+        self.check_n_at(attrs, 1, self.now())
     }
 
     /// Checks a request of cost `n` now (the policy's clock).
@@ -291,7 +308,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check_n<A: Attrs + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
-        self.check_n_at(attrs, n, self.core.clock.now())
+        self.check_n_at(attrs, n, self.now())
     }
 
     /// [`Self::check_n`] into a decision the caller reuses (see
@@ -308,7 +325,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub fn check_n_into<A: Attrs + ?Sized>(&self, attrs: &A, n: u64, out: &mut Decision) {
-        self.check_n_at_into(attrs, n, self.core.clock.now(), out);
+        self.check_n_at_into(attrs, n, self.now(), out);
     }
 
     /// Checks a request of cost `n` at `now` (nanoseconds, the caller's clock;
@@ -399,7 +416,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub async fn check_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A) -> Decision {
-        self.check_n_at_async(attrs, 1, self.core.clock.now()).await
+        self.check_n_at_async(attrs, 1, self.now()).await
     }
 
     /// [`Self::check_n`], awaiting rules on a shared backend (see
@@ -414,7 +431,7 @@ impl Policy {
     /// # Ok::<(), sluicegate_policy::Error>(())
     /// ```
     pub async fn check_n_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
-        self.check_n_at_async(attrs, n, self.core.clock.now()).await
+        self.check_n_at_async(attrs, n, self.now()).await
     }
 
     /// [`Self::check_n_into`], awaiting rules on a shared backend (see
@@ -437,8 +454,7 @@ impl Policy {
         n: u64,
         out: &mut Decision,
     ) {
-        self.check_n_at_into_async(attrs, n, self.core.clock.now(), out)
-            .await;
+        self.check_n_at_into_async(attrs, n, self.now(), out).await;
     }
 
     /// [`Self::check_n_at`], awaiting rules on a shared backend (see
@@ -553,7 +569,7 @@ impl Policy {
     /// ```
     pub async fn peek_n_async<A: Attrs + Sync + ?Sized>(&self, attrs: &A, n: u64) -> Decision {
         let mut d = Decision::new();
-        let now = self.core.clock.now();
+        let now = self.now();
         let snap = self.core.current.load_full();
         crate::check::peek_with(snap, &Direct(attrs), (n, now), true, &mut d).await;
         d

@@ -111,3 +111,41 @@ fn a_reload_that_no_longer_fits_the_region_keeps_the_old_rules() {
     assert!(!q.check_n_at(&req, 1, 0).allowed());
     sluicegate_shm::unlink(&path).unwrap();
 }
+
+/// A rule without `key` in a shared policy is one limit for every process too
+/// (one word of the region for one quota, one key for several), and the
+/// policy's own clock is the region's, so that every process checks at times
+/// they all read alike.
+#[test]
+fn unkeyed_rules_are_shared_and_checked_on_the_regions_clock() {
+    let path = region("unkeyed");
+    let text = format!(
+        "[shared]\npath = \"{path}\"\n\n\
+         [[rule]]\nname = \"all\"\nlimit = \"3/hour\"\n\n\
+         [[rule]]\nname = \"two\"\nlimit = \"4/hour; 20/day\"\nmatch = {{ path = \"/two\" }}\n"
+    );
+    let (a, b) = (
+        Policy::from_toml(&text).unwrap(),
+        Policy::from_toml(&text).unwrap(),
+    );
+    let req = [("ip", "192.0.2.1")];
+    assert!(a.check(&req).allowed() && b.check(&req).allowed() && a.check(&req).allowed());
+    assert!(!b.check(&req).allowed() && !a.check(&req).allowed());
+    let two = [("path", "/two")];
+    // "all" matches too and is spent: nothing more, in either process.
+    assert!(!a.check(&two).allowed());
+    let fresh = region("unkeyed-2");
+    let text = text.replace(&path, &fresh).replace("3/hour", "30/hour");
+    let (a, b) = (
+        Policy::from_toml(&text).unwrap(),
+        Policy::from_toml(&text).unwrap(),
+    );
+    let admitted = (0..6)
+        .filter(|i| if i % 2 == 0 { &a } else { &b }.check(&two).allowed())
+        .count();
+    assert_eq!(admitted, 4, "two processes' checks of a two-quota rule");
+    let (before, now, after) = (sluicegate_shm::now(), a.now(), sluicegate_shm::now());
+    assert!(before <= now && now <= after, "the region's clock");
+    sluicegate_shm::unlink(&path).unwrap();
+    sluicegate_shm::unlink(&fresh).unwrap();
+}

@@ -380,6 +380,10 @@ impl PoolMemory for Memory {
     fn seed(&self) -> u64 {
         self.seed
     }
+    /// The region's time base: `CLOCK_MONOTONIC`, the same in every process.
+    fn now(&self) -> Option<u64> {
+        Some(now())
+    }
 }
 
 /// A mapped region: make limits in it with [`Region::keyed`] and

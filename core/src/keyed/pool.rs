@@ -299,6 +299,14 @@ pub trait PoolMemory: fmt::Debug + Send + Sync + 'static {
     /// The seed of key hashes and limit salts: the same for every handle on
     /// one memory.
     fn seed(&self) -> u64;
+    /// The memory's time base, in nanoseconds, if it has one: memory several
+    /// processes map must be checked at times every one of them reads alike (a
+    /// per-process calibrated clock would make one process's word mean another
+    /// instant to the next), so what checks a pool in it reads this
+    /// ([`Pool::now`]). `None` (the default): the caller's clock.
+    fn now(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<M: PoolMemory> PoolMemory for Arc<M> {
@@ -313,6 +321,9 @@ impl<M: PoolMemory> PoolMemory for Arc<M> {
     }
     fn seed(&self) -> u64 {
         (**self).seed()
+    }
+    fn now(&self) -> Option<u64> {
+        (**self).now()
     }
 }
 
@@ -455,6 +466,36 @@ impl Pool {
     pub fn memory(&self) -> usize {
         core::mem::size_of_val(self.inner.groups())
             + core::mem::size_of_val(self.inner.cells().get())
+    }
+
+    /// Whether the pool is in caller memory ([`Pool::in_memory`]): its limits
+    /// are found by identity, their parameters fixed, and other handles (other
+    /// processes) use them too.
+    ///
+    /// ```
+    /// # use sluicegate::keyed::Pool;
+    /// assert!(!Pool::with_memory(1 << 16)?.in_caller_memory());
+    /// # Ok::<(), sluicegate::SpecError>(())
+    /// ```
+    pub fn in_caller_memory(&self) -> bool {
+        self.inner.in_caller_memory()
+    }
+
+    /// The time base of the pool's memory ([`PoolMemory::now`]), in
+    /// nanoseconds: what a check of a limit in it should be made at. `None`
+    /// for a pool of its own, or memory without one: the caller's clock.
+    ///
+    /// ```
+    /// # use sluicegate::keyed::Pool;
+    /// assert_eq!(Pool::with_memory(1 << 16)?.now(), None);
+    /// # Ok::<(), sluicegate::SpecError>(())
+    /// ```
+    #[inline]
+    pub fn now(&self) -> Option<u64> {
+        match &self.inner.memory {
+            Memory::Caller(m) => m.now(),
+            Memory::Own { .. } => None,
+        }
     }
 
     /// Whether `other` is a handle to the same pool.

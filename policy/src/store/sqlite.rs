@@ -77,9 +77,12 @@ impl Sqlite {
         let mut conn = Connection::open_with_flags(path, flags).map_err(down)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(down)?;
         // WAL is a property of the file: set once, kept by every later open.
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(down)?;
+        // Several processes opening a new file at once: the switch to WAL takes
+        // an exclusive lock, and SQLite answers "database is locked" there
+        // without calling the busy handler. Retried, as a busy write would be.
+        let mode: String =
+            retry_busy(|| conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)))
+                .map_err(down)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::unavailable(
                 url,
@@ -101,6 +104,24 @@ impl Sqlite {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `f` again while SQLite answers "busy" or "locked", up to [`BUSY_TIMEOUT`].
+fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let start = std::time::Instant::now();
+    loop {
+        match f() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && start.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
     }
 }
 
