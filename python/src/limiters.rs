@@ -253,7 +253,8 @@ pub struct PyStriped {
 #[pymethods]
 impl PyStriped {
     #[new]
-    #[pyo3(signature = (limit = None, *, stripes = None, amount = None, period = None, burst = None, clock = None))]
+    #[pyo3(signature = (limit = None, *, stripes = None, amount = None, period = None, burst = None, clock = None, shared = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         limit: Option<&Bound<'_, PyAny>>,
         stripes: Option<&Bound<'_, PyAny>>,
@@ -261,6 +262,7 @@ impl PyStriped {
         period: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         clock: Option<Py<PyManualClock>>,
+        shared: Option<PathBuf>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let spec = spec_of(Kind::TokenBucket, limit, amount, period, burst)?;
         let stripes = match stripes {
@@ -268,6 +270,13 @@ impl PyStriped {
             // By default the largest power of two the burst allows, up to 8.
             None => 1 << spec.capacity().clamp(1, 8).ilog2(),
         };
+        if shared.is_some() {
+            // Stripes are one process's threads' own; in a region the bucket is
+            // one word every process checks (the stripe count is still checked).
+            AnyLimiter::striped(&spec, stripes, ()).map_err(errors::spec)?;
+            let base = PyLimiter::new(&spec, clock, shared)?;
+            return Ok(PyClassInitializer::from(base).add_subclass(Self { stripes: 1 }));
+        }
         let inner =
             AnyLimiter::striped(&spec, stripes, PyClock::from_arg(clock)).map_err(errors::spec)?;
         Ok(PyClassInitializer::from(PyLimiter::of(inner)).add_subclass(Self { stripes }))

@@ -277,3 +277,14 @@ def test_single_limiters_refuse_what_cannot_be_shared(region: str) -> None:
     keyed = KeyedLimiter("2/hour", shared=region)
     assert single.check(2).allowed
     assert keyed.check("k", 2).allowed
+
+
+def test_a_striped_bucket_in_a_region_is_one_word(region: str) -> None:
+    # Stripes are a process's threads' own: in a region the bucket is one word.
+    a = sluicegate.StripedTokenBucket("4/hour", stripes=4, shared=region)
+    b = sluicegate.StripedTokenBucket("4/hour", stripes=4, shared=region)
+    assert a.stripes == 1
+    assert [a.check().allowed, b.check().allowed, a.check().allowed, b.check().allowed] == [True] * 4
+    assert not a.check().allowed and not b.check().allowed
+    with pytest.raises(ValueError):
+        sluicegate.StripedTokenBucket("4/hour", stripes=0, shared=region)

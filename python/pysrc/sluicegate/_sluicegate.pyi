@@ -197,6 +197,7 @@ class StripedTokenBucket(_Limiter):
         period: _Period | None = None,
         burst: int | None = None,
         clock: ManualClock | None = None,
+        shared: str | PathLike[str] | None = None,
     ) -> StripedTokenBucket: ...
     @property
     def stripes(self) -> int: ...
