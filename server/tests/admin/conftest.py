@@ -7,7 +7,8 @@ The script passes (environment):
   SLUICEGATE_GRPC_MTLS     server B's gRPC address (TLS, client certificates required)
   SLUICEGATE_HTTP_A        server A's HTTP address (/healthz, /metrics; plain)
   SLUICEGATE_CLIENT_CERT, SLUICEGATE_CLIENT_KEY   a client certificate the CA signed
-  SLUICEGATE_STORE         the SQLite store both servers serve (sqlite:PATH)
+  SLUICEGATE_STORE         the store both servers serve (sqlite:PATH, or postgres://…)
+  SLUICEGATE_STORE_CTL     for PostgreSQL: a command taking `stop` / `start`
   SLUICEGATE_TOKEN_WRITE, SLUICEGATE_TOKEN_READ    tokens from the token file
 """
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -181,9 +182,9 @@ def test_validate_json_and_toml(admin):
 
 
 def test_a_change_reaches_every_reader_within_a_second(admin, rls):
-    """One server (gRPC over TLS) and one Python Policy.from_store on one SQLite
-    file: a rule created through the admin API is enforced by both within 1 s,
-    and its deletion likewise."""
+    """One server (gRPC over TLS) and one Python Policy.from_store on one store
+    (SQLite, or PostgreSQL in the --postgres pass): a rule created through the
+    admin API is enforced by both within 1 s, and its deletion likewise."""
     domain = fresh("prop")
     seed(admin, domain)
     reader = sluicegate.Policy.from_store(env("SLUICEGATE_STORE"), domain=domain, interval=0.1)
@@ -257,7 +258,8 @@ def healthz():
 
 
 def test_store_outage_keeps_the_rules_and_reports_degraded(admin, rls):
-    """The store file taken away: the server and a Python reader keep enforcing
+    """The store taken away (the SQLite file moved, or PostgreSQL stopped): the
+    server and a Python reader keep enforcing
     the last rules and say so; put back, they follow changes again. Last: it
     takes the store away from every other test."""
     domain = fresh("outage")
@@ -267,12 +269,34 @@ def test_store_outage_keeps_the_rules_and_reports_degraded(admin, rls):
     )
     assert status == 201
     reader = sluicegate.Policy.from_store(env("SLUICEGATE_STORE"), domain=domain, interval=0.1)
-    path = env("SLUICEGATE_STORE").split(":", 1)[1]
-    aside = path + ".away"
+    store = env("SLUICEGATE_STORE")
+    if store.startswith("sqlite:"):
+        path = store.split(":", 1)[1]
+        aside = path + ".away"
+
+        def take_away() -> None:
+            os.rename(path, aside)
+
+        def put_back() -> None:
+            if os.path.exists(aside):
+                shutil.move(aside, path)
+    else:
+        # PostgreSQL: stopped and started again (scripts/test-store's control).
+        ctl = env("SLUICEGATE_STORE_CTL")
+        stopped = []
+
+        def take_away() -> None:
+            subprocess.run([ctl, "stop"], check=True, timeout=60)
+            stopped.append(True)
+
+        def put_back() -> None:
+            if stopped:
+                subprocess.run([ctl, "start"], check=True, timeout=60)
+                stopped.clear()
     try:
         until(lambda: ask(rls, domain, "first") == OVER, 2.0, "the server enforces the rule")
         assert healthz()["status"] == "ok"
-        os.rename(path, aside)
+        take_away()
         until(lambda: healthz()["status"] == "degraded", 2.0, "/healthz says degraded")
         h = healthz()
         assert "unavailable" in h["last_error"], h
@@ -284,8 +308,8 @@ def test_store_outage_keeps_the_rules_and_reports_degraded(admin, rls):
         assert reader.check(user=user).allowed and not reader.check(user=user).allowed
         with urllib.request.urlopen(f"http://{env('SLUICEGATE_HTTP_A')}/metrics", timeout=DEADLINE_S) as r:
             assert "\nsluicegate_server_store_up 0\n" in r.read().decode()
-        os.rename(aside, path)
-        until(lambda: healthz()["status"] == "ok", 2.0, "/healthz ok again")
+        put_back()
+        until(lambda: healthz()["status"] == "ok", 5.0, "/healthz ok again")
         until(lambda: reader.store_reachable is True, 2.0, "the Python reader reaches the store again")
         # And they follow changes again.
         status, _, rule = admin.call("GET", f"/admin/v1/domains/{domain}/rules/per-user", token="read")
@@ -293,8 +317,7 @@ def test_store_outage_keeps_the_rules_and_reports_degraded(admin, rls):
         until(lambda: ask(rls, domain, user) == OK, PROPAGATION_S, "the server follows again")
         until(lambda: reader.check(user=user).allowed, PROPAGATION_S, "the reader follows again")
     finally:
-        if os.path.exists(aside):
-            shutil.move(aside, path)
+        put_back()
         reader.close()
 
 
