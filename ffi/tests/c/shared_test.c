@@ -337,11 +337,11 @@ static void test_every_way_opening_fails(void) {
                                                &k),
                   SLUICEGATE_ERR_SHARED_MISMATCH);
     EXPECT(strstr(err, path) != NULL && strstr(err, "were asked for") != NULL);
-    /* A newer layout version. */
+    /* A newer layout version (far above this build's). */
     FRESH();
-    poke(path, 8, 2);
+    poke(path, 8, 1000);
     OPEN_K(SLUICEGATE_ERR_SHARED_VERSION);
-    EXPECT(strstr(err, "layout version 2") != NULL);
+    EXPECT(strstr(err, "layout version 1000") != NULL);
     /* Not a region. */
     FRESH();
     poke(path, 0, 0x1234);
