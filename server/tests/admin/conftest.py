@@ -12,10 +12,12 @@ The script passes (environment):
   SLUICEGATE_TOKEN_WRITE, SLUICEGATE_TOKEN_READ    tokens from the token file
 """
 
+import http.client
 import json
 import os
 import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import grpc
@@ -69,6 +71,25 @@ class Admin:
         except urllib.error.HTTPError as e:
             text = e.read()
             return e.code, e.headers, (json.loads(text) if text else None)
+
+    def declare_only(self, method, path, length):
+        """(status, JSON body): a request that declares a `length`-byte body
+        and sends none, as a client is refused a large body before sending it.
+        (Sending one races the server's early 413: the connection closes while
+        the client still writes, and the client sees a TLS EOF, not the 413.)"""
+        url = urllib.parse.urlsplit(self.base)
+        conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=DEADLINE_S, context=self.ctx)
+        try:
+            conn.putrequest(method, path)
+            conn.putheader("Authorization", f"Bearer {self.write}")
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(length))
+            conn.endheaders()
+            resp = conn.getresponse()
+            text = resp.read()
+            return resp.status, (json.loads(text) if text else None)
+        finally:
+            conn.close()
 
     def audit_len(self) -> int:
         """Entries in the whole audit trail."""
