@@ -12,7 +12,7 @@ use crate::any::Outcome;
 use crate::compound::{charge_all, peek_all};
 use crate::error::InsufficientCapacity;
 use crate::kind::Dispatch;
-use crate::limiter::{Algorithm, ConfigCell, Core};
+use crate::limiter::{Algorithm, ConfigCell, Core, Step};
 use crate::quota::Quota;
 use crate::sliding_log::SlidingLog;
 use crate::spec::{Spec, SpecError};
@@ -59,6 +59,41 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     }
 }
 
+/// A shaper spec's parameters: its quota and its max delay (which is not part
+/// of the quota: `Shaping::params` would drop it).
+pub(crate) fn shaper_params(spec: &Spec) -> Result<crate::shaper::ShaperParams, SpecError> {
+    crate::shaper::ShaperParams::new(&spec.quotas()[0], spec.max_delay_ns())
+        .map_err(|error| SpecError::Config { index: 0, error })
+}
+
+/// A single word's decision `step` as an [`Outcome`]: a peek (`!consume`)
+/// schedules nothing, so it has no delay.
+#[inline(always)]
+pub(crate) fn word_outcome(step: &Step, consume: bool) -> Outcome {
+    Outcome {
+        decision: step.decision,
+        delay_ns: if consume { step.delay_ns } else { 0 },
+    }
+}
+
+/// A single word's charge `(step, word it decided on)` of `n` units: its
+/// outcome, with `taken[0]` the word before and after, and how many limits it
+/// recorded (1, or 0 when nothing was taken: a denial, a cost of 0, or a state
+/// that did not change).
+pub(crate) fn word_charge(
+    (step, prev): (Step, u64),
+    n: u64,
+    taken: &mut [(u64, u64); Spec::MAX_LIMITS],
+) -> (Outcome, usize) {
+    let next = step.next.unwrap_or(prev);
+    taken[0] = (prev, next);
+    let charged = step.decision.allowed && n > 0 && next != prev;
+    (
+        word_outcome(&step, step.decision.allowed),
+        usize::from(charged),
+    )
+}
+
 /// One or more single-word limits of one algorithm.
 #[derive(Debug)]
 enum Words<A> {
@@ -86,10 +121,9 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> Engine for Words<A> {
         refund_now: &dyn Fn() -> u64,
     ) -> Result<Outcome, InsufficientCapacity> {
         match self {
-            Words::One(c) => c.run(now, n, consume).map(|(s, _)| Outcome {
-                decision: s.decision,
-                delay_ns: if consume { s.delay_ns } else { 0 },
-            }),
+            Words::One(c) => c
+                .run(now, n, consume)
+                .map(|(s, _)| word_outcome(&s, consume)),
             Words::Many(parts) if consume => {
                 let mut taken = [(0, 0); Spec::MAX_LIMITS];
                 charge_all(parts, &mut taken, n, now, refund_now, |r| {
@@ -123,25 +157,14 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> Engine for Words<A> {
         now: u64,
         taken: &mut [(u64, u64); Spec::MAX_LIMITS],
     ) -> Result<(Outcome, usize), InsufficientCapacity> {
-        let (outcome, len) = match self {
-            Words::One(c) => {
-                let (s, prev) = c.run(now, n, true)?;
-                let next = s.next.unwrap_or(prev);
-                taken[0] = (prev, next);
-                let o = Outcome {
-                    decision: s.decision,
-                    delay_ns: if s.decision.allowed { s.delay_ns } else { 0 },
-                };
-                // A state that did not change took nothing to give back.
-                (o, usize::from(next != prev))
-            }
+        match self {
+            Words::One(c) => c.run(now, n, true).map(|ran| word_charge(ran, n, taken)),
             Words::Many(parts) => {
                 let d = charge_all(parts, taken, n, now, || now, core::convert::identity)?;
-                (Outcome::plain(d), parts.len())
+                let charged = d.allowed && n > 0;
+                Ok((Outcome::plain(d), if charged { parts.len() } else { 0 }))
             }
-        };
-        let charged = outcome.decision.allowed && n > 0;
-        Ok((outcome, if charged { len } else { 0 }))
+        }
     }
 
     fn give_back(&self, n: u64, taken: &[(u64, u64)], now: u64) {
@@ -269,11 +292,7 @@ impl Dispatch for Build<'_> {
     }
 
     fn shaper(self) -> Self::Output {
-        // The max delay is not part of the quota: `Shaping::params` would drop it.
-        let spec = self.0;
-        let p = crate::shaper::ShaperParams::new(&spec.quotas()[0], spec.max_delay_ns())
-            .map_err(|error| SpecError::Config { index: 0, error })?;
-        let core = Core::<crate::shaper::Shaping>::new(&p);
+        let core = Core::<crate::shaper::Shaping>::new(&shaper_params(self.0)?);
         Ok(Box::new(Words::One(core)))
     }
 

@@ -1343,8 +1343,6 @@ mod tests {
 /// keyed limit (whose bound is at least 1) of the same spec.
 pub(crate) struct PoolWord<A: Algorithm> {
     member: Member<A>,
-    /// The parameter words, when fixed (caller memory): read once.
-    fixed: Option<[u64; PARAM_WORDS]>,
 }
 
 impl<A: Algorithm> fmt::Debug for PoolWord<A> {
@@ -1356,12 +1354,10 @@ impl<A: Algorithm> fmt::Debug for PoolWord<A> {
 }
 
 impl<A: Algorithm> PoolWord<A> {
+    /// Its parameters: fixed in caller memory, else its entry's (live).
     #[inline(always)]
     fn params(&self) -> A::Params {
-        match self.fixed {
-            Some(w) => A::from_words(w),
-            None => Space::<A>::params(&self.member),
-        }
+        Space::<A>::params(&self.member)
     }
 
     /// The word: in its registry entry, which a registered limit always has.
@@ -1397,8 +1393,7 @@ impl BuildPoolWord<'_> {
         words: [u64; PARAM_WORDS],
     ) -> Result<Box<dyn crate::engine::Engine>, SpecError> {
         let member = self.pool.register::<A>(self.spec.kind(), words, 0)?;
-        let fixed = member.fixed;
-        Ok(Box::new(PoolWord { member, fixed }))
+        Ok(Box::new(PoolWord { member }))
     }
 }
 
@@ -1412,10 +1407,7 @@ impl Dispatch for BuildPoolWord<'_> {
         self.engine::<A>(A::to_words(&p))
     }
     fn shaper(self) -> Self::Output {
-        // The max delay is not part of the quota: `Shaping::params` would drop it.
-        let spec = self.spec;
-        let p = crate::shaper::ShaperParams::new(&spec.quotas()[0], spec.max_delay_ns())
-            .map_err(|error| SpecError::Config { index: 0, error })?;
+        let p = crate::engine::shaper_params(self.spec)?;
         self.engine::<Shaping>(Shaping::to_words(&p))
     }
     fn log(self) -> Self::Output {
@@ -1439,10 +1431,7 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> crate::engine::Engine fo
             return Ok(self.orphaned());
         };
         let (s, _) = crate::limiter::apply::<A>(word, || self.params(), now, n, consume)?;
-        Ok(crate::any::Outcome {
-            decision: s.decision,
-            delay_ns: if consume { s.delay_ns } else { 0 },
-        })
+        Ok(crate::engine::word_outcome(&s, consume))
     }
 
     fn set_spec(&self, _old: &crate::spec::Spec, new: &crate::spec::Spec) -> Result<(), SpecError> {
@@ -1472,15 +1461,8 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> crate::engine::Engine fo
         let Some(word) = self.word() else {
             return Ok((self.orphaned(), 0));
         };
-        let (s, prev) = crate::limiter::apply::<A>(word, || self.params(), now, n, true)?;
-        let next = s.next.unwrap_or(prev);
-        taken[0] = (prev, next);
-        let charged = s.decision.allowed && n > 0 && next != prev;
-        let o = crate::any::Outcome {
-            decision: s.decision,
-            delay_ns: if s.decision.allowed { s.delay_ns } else { 0 },
-        };
-        Ok((o, usize::from(charged)))
+        let ran = crate::limiter::apply::<A>(word, || self.params(), now, n, true)?;
+        Ok(crate::engine::word_charge(ran, n, taken))
     }
 
     fn give_back(&self, n: u64, taken: &[(u64, u64)], now: u64) {
