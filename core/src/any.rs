@@ -342,6 +342,37 @@ impl<C> AnyLimiter<C> {
         self.engine.can_refund()
     }
 
+    /// Undoes the admission recorded in `receipt` exactly, only if no other
+    /// admission changed the limit since, and says whether it did (an undo spends
+    /// the receipt). The shaper's cancel: a later reservation was
+    /// promised a start time after this one, so only the latest can be taken back
+    /// (a [`Self::refund`] gives back what it can at any time instead). A receipt
+    /// of several limits (a compound), of another handle or of nothing is never
+    /// undone.
+    ///
+    /// ```
+    /// use sluicegate::{AnyLimiter, Kind, Receipt, Spec};
+    /// let s = AnyLimiter::with_clock(&Spec::parse(Kind::Shaper, "1/s")?.with_max_delay_ns(5_000_000_000)?, ())?;
+    /// let (mut a, mut b) = (Receipt::empty(), Receipt::empty());
+    /// s.check_n_at_receipt(1, 0, &mut a)?;
+    /// assert_eq!(s.check_n_at_receipt(1, 0, &mut b)?.delay_ns, 1_000_000_000);
+    /// assert!(!s.undo(&mut a)); // b's start assumed a was scheduled
+    /// assert!(s.undo(&mut b));
+    /// assert!(!s.undo(&mut b)); // spent
+    /// let mut c = Receipt::empty();
+    /// assert_eq!(s.check_n_at_receipt(1, 0, &mut c)?.delay_ns, 1_000_000_000); // b's slot
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn undo(&self, receipt: &mut Receipt) -> bool {
+        let undone = receipt
+            .taken_by(self.owner())
+            .is_some_and(|taken| self.engine.undo(taken));
+        if undone {
+            receipt.len = 0;
+        }
+        undone
+    }
+
     /// This handle's identity in receipts.
     fn owner(&self) -> usize {
         &*self.engine as *const dyn Engine as *const u8 as usize

@@ -57,6 +57,28 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     fn give_back(&self, n: u64, taken: &[(u64, u64)], now: u64) {
         let _ = (n, taken, now);
     }
+    /// Restores the state from before the one-limit admission recorded in
+    /// `taken` if nothing changed it since; whether it did. Several limits are
+    /// never undone (no one compare-and-swap covers them).
+    fn undo(&self, taken: &[(u64, u64)]) -> bool {
+        let _ = taken;
+        false
+    }
+}
+
+/// [`Engine::undo`] of one word: `next` back to `prev`, only if it still holds `next`.
+pub(crate) fn undo_word(word: &crate::sync::AtomicU64, taken: &[(u64, u64)]) -> bool {
+    match taken {
+        [(prev, next)] => word
+            .compare_exchange(
+                *next,
+                *prev,
+                crate::sync::order::CAS_OK,
+                crate::sync::order::CAS_ERR,
+            )
+            .is_ok(),
+        _ => false,
+    }
 }
 
 /// A shaper spec's parameters: its quota and its max delay (which is not part
@@ -170,6 +192,13 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> Engine for Words<A> {
     fn give_back(&self, n: u64, taken: &[(u64, u64)], now: u64) {
         for (part, &(prev, next)) in self.parts().iter().zip(taken) {
             part.give_back(n, prev, next, || now);
+        }
+    }
+
+    fn undo(&self, taken: &[(u64, u64)]) -> bool {
+        match self {
+            Words::One(c) => undo_word(&c.word, taken),
+            Words::Many(_) => false,
         }
     }
 

@@ -306,3 +306,68 @@ fn concurrent_set_quota_of_different_limits_keeps_both() {
         );
     }
 }
+
+proptest! {
+    /// `AnyLimiter::undo` is the shaper's cancel: on random reservations and
+    /// cancels of random earlier ones, both answer alike and schedule alike. (Up
+    /// to the first cancel that succeeds: the shaper then holds the start it
+    /// normalised, `max(before, now)`, where `undo` holds the word from before, the
+    /// same schedule in another word; a second cancel, of the reservation before,
+    /// then succeeds only on `undo`, which is as exact.)
+    #[test]
+    fn undo_is_the_shapers_cancel(
+        ops in proptest::collection::vec((0u64..4, 0u64..3_000_000_000, any::<bool>(), 0usize..8), 1..60),
+    ) {
+        let quota = Quota::per_second(2).burst(2);
+        let spec = Spec::new(Kind::Shaper, &[quota]).unwrap().with_max_delay_ns(4_000_000_000).unwrap();
+        let any = AnyLimiter::with_clock(&spec, ()).unwrap();
+        let shaper = Shaper::with_clock(quota, spec.max_delay_ns(), ()).unwrap();
+        let (mut receipts, mut reservations) = (Vec::new(), Vec::new());
+        let (mut now, mut cancelled) = (0u64, false);
+        for (n, dt, cancel, which) in ops {
+            now += dt;
+            if cancel && !receipts.is_empty() {
+                if cancelled {
+                    continue;
+                }
+                let i = which % receipts.len();
+                let undone = any.undo(&mut receipts[i]);
+                prop_assert_eq!(undone, shaper.cancel_at(&mut reservations[i], now));
+                cancelled = undone;
+            } else {
+                let mut r = sluicegate::Receipt::empty();
+                let o = any.check_n_at_receipt(n, now, &mut r).unwrap();
+                let s = shaper.reserve_n_at(n, now).unwrap();
+                prop_assert_eq!(o.decision, *s.decision());
+                prop_assert_eq!(o.delay_ns, s.delay_ns());
+                receipts.push(r);
+                reservations.push(s);
+            }
+        }
+    }
+}
+
+#[test]
+fn undo_takes_back_one_limit_of_its_own_handle_only() {
+    let spec = Spec::parse(Kind::TokenBucket, "2/s").unwrap();
+    let (l, other) = (
+        AnyLimiter::with_clock(&spec, ()).unwrap(),
+        AnyLimiter::with_clock(&spec, ()).unwrap(),
+    );
+    let mut r = sluicegate::Receipt::empty();
+    l.check_n_at_receipt(2, 0, &mut r).unwrap();
+    assert!(!other.undo(&mut r));
+    assert!(l.undo(&mut r));
+    assert_eq!(l.peek_n_at(0, 0).unwrap().decision.remaining, 2);
+    // A compound is several words: never undone (a refund gives it back).
+    let both = Spec::new(
+        Kind::TokenBucket,
+        &[Quota::per_second(2), Quota::per_minute(10)],
+    )
+    .unwrap();
+    let c = AnyLimiter::with_clock(&both, ()).unwrap();
+    c.check_n_at_receipt(1, 0, &mut r).unwrap();
+    assert!(!r.is_empty() && !c.undo(&mut r));
+    c.refund(&mut r, 0);
+    assert_eq!(c.peek_n_at(0, 0).unwrap().decision.remaining, 2);
+}

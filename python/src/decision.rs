@@ -244,16 +244,28 @@ impl PyDecision {
 pub struct PyReservation {
     pub decision: Decision,
     pub delay_ns: u64,
-    /// The core reservation, spent by a successful cancel.
-    pub inner: std::sync::Mutex<Option<sluicegate::Reservation>>,
+    /// What a cancel gives back, spent by a successful cancel.
+    pub inner: std::sync::Mutex<Option<Held>>,
+}
+
+/// What a reservation holds for its cancel.
+pub enum Held {
+    /// A shaper of this process: the core reservation.
+    Local(sluicegate::Reservation),
+    /// A shaper in a shared region: the receipt of its admission.
+    Shared(sluicegate::Receipt),
 }
 
 impl PyReservation {
     pub fn new(r: sluicegate::Reservation) -> Self {
+        Self::held(*r.decision(), r.delay_ns(), Held::Local(r))
+    }
+
+    pub fn held(decision: Decision, delay_ns: u64, held: Held) -> Self {
         Self {
-            decision: *r.decision(),
-            delay_ns: r.delay_ns(),
-            inner: std::sync::Mutex::new(Some(r)),
+            decision,
+            delay_ns,
+            inner: std::sync::Mutex::new(Some(held)),
         }
     }
 }

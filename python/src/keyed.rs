@@ -235,12 +235,7 @@ impl PyKeyedLimiter {
                     .map_err(|e| table_error(e, capacity))?
                     .with_policy(policy),
             ),
-            Some(_) if clock.is_some() => {
-                return Err(PyValueError::new_err(
-                    "clock= and shared= together: a shared region's time base is the \
-                     system's monotonic clock, the same in every process",
-                ))
-            }
+            Some(_) if clock.is_some() => return Err(crate::shared::clock_and_shared()),
             Some(name) => Table::Shared(
                 crate::shared::region(name)?
                     .keyed(&spec, capacity)

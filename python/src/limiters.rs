@@ -9,7 +9,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::path::PathBuf;
 
-use pyo3::exceptions::PyValueError;
 use sluicegate::{AnyLimiter, InsufficientCapacity, Kind, Outcome, Spec};
 use sluicegate_shm::SharedLimiter;
 
@@ -82,12 +81,7 @@ impl PyLimiter {
             None => One::Local(
                 AnyLimiter::with_clock(spec, PyClock::from_arg(clock)).map_err(errors::spec)?,
             ),
-            Some(_) if clock.is_some() => {
-                return Err(PyValueError::new_err(
-                    "clock= and shared= together: a shared region's time base is the \
-                     system's monotonic clock, the same in every process",
-                ))
-            }
+            Some(_) if clock.is_some() => return Err(crate::shared::clock_and_shared()),
             Some(name) => One::Shared(
                 crate::shared::region(&name)?
                     .limiter(spec)

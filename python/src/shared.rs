@@ -30,6 +30,14 @@ pub fn error(e: Error) -> PyErr {
     }
 }
 
+/// `clock=` with `shared=`: a region owns its time base.
+pub fn clock_and_shared() -> PyErr {
+    PyValueError::new_err(
+        "clock= and shared= together: a shared region's time base is the \
+         system's monotonic clock, the same in every process",
+    )
+}
+
 /// The region `name` (a path, or a bare name for `/dev/shm/sluicegate-<name>`),
 /// opened with the default options the first time this process asks for it.
 pub fn region(name: &Path) -> PyResult<Region> {

@@ -288,3 +288,47 @@ def test_a_striped_bucket_in_a_region_is_one_word(region: str) -> None:
     assert not a.check().allowed and not b.check().allowed
     with pytest.raises(ValueError):
         sluicegate.StripedTokenBucket("4/hour", stripes=0, shared=region)
+
+
+def _shaper_worker(args: tuple[str, int]) -> list[float]:
+    region, reservations = args
+    shaper = sluicegate.Shaper("10/hour", burst=1, max_delay=3600.0, shared=region)
+    starts = []
+    for _ in range(reservations):
+        r = shaper.reserve()
+        if r.granted:
+            starts.append(time.monotonic() + r.delay)
+    return starts
+
+
+def test_eight_processes_share_one_shapers_schedule(region: str) -> None:
+    # One schedule for every process: as many reservations granted as one shaper
+    # grants, and no two starts closer than the spacing (6 minutes at 10/hour).
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(8) as pool:
+        starts = sorted(s for ss in pool.map(_shaper_worker, [(region, 5)] * 8) for s in ss)
+    model = sluicegate.Shaper("10/hour", burst=1, max_delay=3600.0)
+    assert len(starts) == sum(model.reserve().granted for _ in range(40)) == model.limit
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert min(gaps) > 360.0 - 5.0, gaps
+
+
+def test_a_shared_shaper_cancels_only_the_latest_reservation(region: str) -> None:
+    a = sluicegate.Shaper("1/s", max_delay=10.0, shared=region)
+    b = sluicegate.Shaper("1/s", max_delay=10.0, shared=region)
+    assert a.shared == b.shared == region and sluicegate.Shaper("1/s").shared is None
+    first = a.reserve()
+    second = b.reserve()
+    assert first.granted and second.delay > 0.9
+    assert not a.cancel(first)  # the second was promised a start after it
+    assert not a.cancel(second)  # not a's reservation
+    assert not b.cancel(sluicegate.Shaper("1/s").reserve())  # nor one of this process
+    assert b.cancel(second)
+    assert not b.cancel(second)  # spent
+    third = a.reserve()
+    assert abs(third.delay - second.delay) < 0.05  # the second's slot was free again
+    assert a.peek().allowed == b.peek().allowed
+    with pytest.raises(ValueError, match="clock= and shared="):
+        sluicegate.Shaper("1/s", shared=region, clock=ManualClock())
+    with pytest.raises(sluicegate.CapacityError):
+        a.reserve(a.limit + 1)

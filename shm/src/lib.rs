@@ -80,7 +80,7 @@ use rustix::fs::{FallocateFlags, FlockOperation, OFlags};
 use sluicegate::keyed::{
     AnyKeyed, Group, KeyHash, KeyedStats, Pool, PoolMemory, RegistryEntry, Slot,
 };
-use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Spec, SpecError};
+use sluicegate::{AnyLimiter, InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
 
 pub use layout::LAYOUT_VERSION;
 use layout::{HASH_XXH3_64, Layout, MAGIC, READY, TIME_MONOTONIC};
@@ -1067,6 +1067,73 @@ impl SharedLimiter {
         match &self.single {
             Single::Word(l) => l.peek_n_at(n, now),
             Single::Key(t) => t.peek_n_at_hashed(SINGLE, n, now),
+        }
+    }
+
+    /// [`Self::check_n_at`] recording what the admission took in `receipt`, for
+    /// [`Self::refund`] or [`Self::undo`] on this handle.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Receipt, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-lrc-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let l = r.limiter(&Spec::parse(Kind::TokenBucket, "2/hour")?)?;
+    /// let mut receipt = Receipt::empty();
+    /// assert!(l.check_n_at_receipt(2, 0, &mut receipt)?.decision.allowed);
+    /// l.refund(&mut receipt, 0); // e.g. the request failed before it was served
+    /// assert_eq!(l.peek_n_at(0, 0)?.decision.remaining, 2);
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_n_at_receipt(
+        &self,
+        n: u64,
+        now: u64,
+        receipt: &mut Receipt,
+    ) -> Result<Outcome, InsufficientCapacity> {
+        match &self.single {
+            Single::Word(l) => l.check_n_at_receipt(n, now, receipt),
+            Single::Key(t) => t.check_n_at_hashed_receipt(SINGLE, n, now, receipt),
+        }
+    }
+
+    /// Gives back what `receipt`'s admission took (see `sluicegate::Receipt`):
+    /// exactly if nothing happened since, otherwise what the algorithm can give
+    /// back without crediting other processes' admissions.
+    ///
+    /// See [`Self::check_n_at_receipt`] for an example.
+    pub fn refund(&self, receipt: &mut Receipt, now: u64) {
+        match &self.single {
+            Single::Word(l) => l.refund(receipt, now),
+            Single::Key(t) => t.refund(receipt, now),
+        }
+    }
+
+    /// Undoes `receipt`'s admission only if no admission of any process changed
+    /// the limit since, and says whether it did: a shaper's cancel, since a later
+    /// reservation was promised a start after this one (see
+    /// `sluicegate::AnyLimiter::undo`). A limit of several quotas is never undone.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Receipt, Spec};
+    /// # let dir = std::env::temp_dir();
+    /// # let file = format!("sg-lun-{}", std::process::id());
+    /// let r = sluicegate_shm::Region::open(dir.join(&file), &Default::default())?;
+    /// let spec = Spec::parse(Kind::Shaper, "1/s")?.with_max_delay_ns(5_000_000_000)?;
+    /// let (a, b) = (r.limiter(&spec)?, r.limiter(&spec)?); // two processes, say
+    /// let (mut first, mut second) = (Receipt::empty(), Receipt::empty());
+    /// a.check_n_at_receipt(1, 0, &mut first)?;
+    /// assert_eq!(b.check_n_at_receipt(1, 0, &mut second)?.delay_ns, 1_000_000_000);
+    /// assert!(!a.undo(&mut first)); // the second was scheduled after it
+    /// assert!(b.undo(&mut second));
+    /// # sluicegate_shm::unlink(r.path())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn undo(&self, receipt: &mut Receipt) -> bool {
+        match &self.single {
+            Single::Word(l) => l.undo(receipt),
+            Single::Key(_) => false,
         }
     }
 }

@@ -1477,4 +1477,9 @@ impl<A: Algorithm + fmt::Debug + Send + Sync + 'static> crate::engine::Engine fo
             );
         }
     }
+
+    fn undo(&self, taken: &[(u64, u64)]) -> bool {
+        self.word()
+            .is_some_and(|word| crate::engine::undo_word(word, taken))
+    }
 }
