@@ -59,7 +59,7 @@ pub(crate) fn int(n: u64) -> i64 {
 }
 
 /// One rule, field by field as in a `[[rule]]` table; validated when its policy is
-/// built ([`PolicyDefBuilder::build`]). Unset fields take `[defaults]` or the
+/// built ([`crate::PolicyDefBuilder::build`]). Unset fields take `[defaults]` or the
 /// file format's default.
 ///
 /// ```

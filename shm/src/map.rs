@@ -23,6 +23,12 @@ use crate::layout::{Header, Layout};
 pub(crate) struct Mapped {
     map: MmapRaw,
     layout: Layout,
+    /// The start of each part of the pool, found (and checked) once at mapping:
+    /// every check reaches a part, so it is not looked up and checked again
+    /// each time.
+    groups: *const Group,
+    cells: *const Slot,
+    registry: *const RegistryEntry,
 }
 
 // SAFETY: the mapping is only ever read and written through atomics (see the
@@ -43,7 +49,19 @@ impl Mapped {
         // The base is page-aligned; each part's offset is a multiple of its
         // alignment (Layout::new), so every part is aligned.
         debug_assert_eq!(map.as_ptr() as usize % 4096, 0);
-        Ok(Mapped { map, layout })
+        let mut mapped = Mapped {
+            map,
+            layout,
+            groups: std::ptr::null(),
+            cells: std::ptr::null(),
+            registry: std::ptr::null(),
+        };
+        mapped.groups = mapped.part::<Group>(layout.groups_at, layout.groups).as_ptr();
+        mapped.cells = mapped.part::<Slot>(layout.cells_at, layout.cells).as_ptr();
+        mapped.registry = mapped
+            .part::<RegistryEntry>(layout.registry_at, layout.entries)
+            .as_ptr();
+        Ok(mapped)
     }
 
     pub(crate) fn layout(&self) -> &Layout {
@@ -69,15 +87,19 @@ impl Mapped {
     }
 
     pub(crate) fn groups(&self) -> &[Group] {
-        self.part(self.layout.groups_at, self.layout.groups)
+        // SAFETY: `part` checked this range of the mapping in `new` (in bounds,
+        // aligned); the mapping lives as long as `self`, as `part` says.
+        unsafe { std::slice::from_raw_parts(self.groups, self.layout.groups) }
     }
 
     pub(crate) fn cells(&self) -> &[Slot] {
-        self.part(self.layout.cells_at, self.layout.cells)
+        // SAFETY: as for `groups`.
+        unsafe { std::slice::from_raw_parts(self.cells, self.layout.cells) }
     }
 
     pub(crate) fn registry(&self) -> &[RegistryEntry] {
-        self.part(self.layout.registry_at, self.layout.entries)
+        // SAFETY: as for `groups`.
+        unsafe { std::slice::from_raw_parts(self.registry, self.layout.entries) }
     }
 
     /// The whole mapping as words (to zero it when a region is reset).
