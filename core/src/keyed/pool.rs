@@ -775,6 +775,9 @@ impl Inner {
         matches!(self.memory, Memory::Caller(_))
     }
 
+    // Inline: a single limiter in a pool reaches its word through it on every
+    // check (core is not built with cross-crate LTO).
+    #[inline]
     fn entry(&self, id: u64) -> Option<&Entry> {
         let id = id as usize;
         match &self.memory {
