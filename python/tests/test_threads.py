@@ -80,4 +80,6 @@ def test_acquire_releases_the_gil() -> None:
     waiter.join()
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     assert stamps[-1] - stamps[0] > 0.15
-    assert max(gaps) < 0.04, max(gaps)
+    # A held GIL would stop this thread for the whole ~250 ms sleep; under a
+    # loaded machine the scheduler alone can pause it for tens of ms.
+    assert max(gaps) < 0.12, max(gaps)
