@@ -261,16 +261,19 @@ impl Limiter {
                 l.check_n_at_receipt(n, now, receipt).map(Answer::Decided)
             }
             Limiter::One(l) => l.peek_n_at(n, now).map(Answer::Decided),
-            Limiter::Keyed(t) => t.run(key, n, now, consume, receipt).map(Answer::Decided),
+            Limiter::Keyed(t) => t
+                .run(key, text_key, n, now, consume, receipt)
+                .map(Answer::Decided),
             Limiter::Remote {
                 remote,
                 on_error,
                 local,
                 limit,
             } => {
-                let answer = remote.check_n(&text_key(), n, consume);
+                let text = text_key();
+                let answer = remote.check_n(&text, n, consume);
                 let fallback = (*on_error, local.as_deref(), *limit);
-                remote_answer(answer, fallback, key, (n, now), consume, receipt)
+                remote_answer(answer, fallback, (key, text), (n, now), consume, receipt)
             }
         }
     }
@@ -293,9 +296,10 @@ impl Limiter {
                 local,
                 limit,
             } => {
-                let answer = remote.check_n_async(&text_key(), n, consume).await;
+                let text = text_key();
+                let answer = remote.check_n_async(&text, n, consume).await;
                 let fallback = (*on_error, local.as_deref(), *limit);
-                remote_answer(answer, fallback, key, (n, now), consume, receipt)
+                remote_answer(answer, fallback, (key, text), (n, now), consume, receipt)
             }
             _ => self.run(key, text_key, n, now, consume, receipt),
         }
@@ -375,13 +379,13 @@ impl Limiter {
     }
 }
 
-/// What a shared backend's `answer` means: its decision, or on a failure the
+/// What a shared backend's `answer` for the request's key (and its text) means: its decision, or on a failure the
 /// rule's `on_error` (`fallback`: it, the `local` limiter of `on_error = "local"`,
 /// which then decides and writes `receipt`, and the rule's capacity).
 fn remote_answer<K: Hash + ?Sized>(
     answer: Result<Outcome, BackendError>,
     (on_error, local, limit): (OnError, Option<&Limiter>, u64),
-    key: &K,
+    (key, text): (&K, String),
     (n, now): (u64, u64),
     consume: bool,
     receipt: &mut Receipt,
@@ -404,7 +408,7 @@ fn remote_answer<K: Hash + ?Sized>(
     };
     match (on_error, local) {
         (OnError::Open, _) => Ok(fallback(d(true))),
-        (OnError::Local, Some(l)) => match l.run(key, String::new, n, now, consume, receipt)? {
+        (OnError::Local, Some(l)) => match l.run(key, || text, n, now, consume, receipt)? {
             Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
         },
         _ => Ok(fallback(d(false))),

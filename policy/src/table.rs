@@ -9,61 +9,86 @@
 //! fresh is replaced after its state is folded into its own rule's sketch cells, so
 //! a returning key resumes at least as limited as it left — bounded memory makes a
 //! rule early to limit, never late (DESIGN §10), whichever rule's keys flood.
+//!
+//! In a pool in shared memory (a `[shared]` region) a key is hashed instead as
+//! its text (the same text shared backends get) by the memory's own hash
+//! ([`Pool::key_hash`]: XXH3-64 with the region's seed), so that one key lands
+//! in one slot from every process, whatever build of the library each runs.
 
 use std::hash::Hash;
 
 use sluicegate::keyed::{AnyKeyed, Pool};
 use sluicegate::{InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
 
-pub(crate) struct KeyedTable(AnyKeyed<()>);
+pub(crate) struct KeyedTable {
+    table: AnyKeyed<()>,
+    /// The pool, when its memory hashes keys' text (shared memory).
+    by_text: Option<Pool>,
+}
 
 impl KeyedTable {
     /// The rule's limiter in `pool`, holding at most `capacity` live keys.
     pub(crate) fn new(pool: &Pool, spec: &Spec, capacity: usize) -> Result<Self, SpecError> {
-        AnyKeyed::in_pool(pool, spec, capacity, ()).map(KeyedTable)
+        Ok(KeyedTable {
+            table: AnyKeyed::in_pool(pool, spec, capacity, ())?,
+            by_text: pool.key_hash(b"").map(|_| pool.clone()),
+        })
     }
 
     /// The ids of its limits in the pool (where [`Pool::live_keys_at`] counts).
     pub(crate) fn pool_ids(&self) -> Vec<u16> {
-        self.0.pool_ids()
+        self.table.pool_ids()
     }
 
     /// Checks (`consume`, writing `receipt`) or peeks at `n` units for `key`,
-    /// hashed once by the table's secret-seeded hasher (flood resistant).
+    /// hashed once by the table's secret-seeded hasher (flood resistant), or
+    /// for its text `text()` hashed by the shared memory's hash.
     #[inline]
     pub(crate) fn run<K: Hash + ?Sized>(
         &self,
         key: &K,
+        text: impl FnOnce() -> String,
         n: u64,
         now: u64,
         consume: bool,
         receipt: &mut Receipt,
     ) -> Result<Outcome, InsufficientCapacity> {
+        if let Some(h) = self
+            .by_text
+            .as_ref()
+            .and_then(|p| p.key_hash(text().as_bytes()))
+        {
+            return if consume {
+                self.table.check_n_at_hashed_receipt(h, n, now, receipt)
+            } else {
+                self.table.peek_n_at_hashed(h, n, now)
+            };
+        }
         if consume {
-            self.0.check_n_at_receipt(key, n, now, receipt)
+            self.table.check_n_at_receipt(key, n, now, receipt)
         } else {
-            self.0.peek_n_at(key, n, now)
+            self.table.peek_n_at(key, n, now)
         }
     }
 
     /// Gives back what `receipt`'s admission took from its key.
     pub(crate) fn refund(&self, receipt: &mut Receipt, now: u64) {
-        self.0.refund(receipt, now);
+        self.table.refund(receipt, now);
     }
 
     /// New quotas for every key; each key's state carries over; all-or-nothing.
     pub(crate) fn set_spec(&self, spec: &Spec) -> Result<(), SpecError> {
-        self.0.set_spec(spec)
+        self.table.set_spec(spec)
     }
 
     /// Live entries replaced to make room for new keys.
     pub(crate) fn evictions(&self) -> u64 {
-        self.0.stats().evicted
+        self.table.stats().evicted
     }
 
     /// New keys denied for lack of room.
     pub(crate) fn rejected(&self) -> u64 {
-        self.0.stats().rejected
+        self.table.stats().rejected
     }
 }
 
@@ -82,7 +107,11 @@ mod tests {
         let mut r = Receipt::empty();
         for round in 0..2 {
             for k in 0..200u64 {
-                let allowed = t.run(&k, 1, round, true, &mut r).unwrap().decision.allowed;
+                let allowed = t
+                    .run(&k, || k.to_string(), 1, round, true, &mut r)
+                    .unwrap()
+                    .decision
+                    .allowed;
                 assert!(!(round == 1 && allowed), "key {k} admitted twice");
             }
         }
@@ -92,7 +121,9 @@ mod tests {
         let fresh = 10_000;
         let later = 200_000_000_000;
         let allowed = |consume: bool, r: &mut Receipt| {
-            let outcome = t.run(&fresh, 1, later, consume, r).unwrap();
+            let outcome = t
+                .run(&fresh, || fresh.to_string(), 1, later, consume, r)
+                .unwrap();
             outcome.decision.allowed
         };
         assert!(allowed(false, &mut r));

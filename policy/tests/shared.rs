@@ -149,3 +149,45 @@ fn unkeyed_rules_are_shared_and_checked_on_the_regions_clock() {
     sluicegate_shm::unlink(&path).unwrap();
     sluicegate_shm::unlink(&fresh).unwrap();
 }
+
+/// A keyed rule's key is hashed in the region as its text by the region's own
+/// hash (XXH3-64, seeded), never by a hasher whose output may change between
+/// versions: a `SharedKeyed` of the same limit (what the C and Python keyed
+/// limiters are) finds the policy's key in the same slot.
+#[test]
+fn a_rules_keys_hash_as_their_text_with_the_regions_hash() {
+    use sluicegate::{Kind, Spec};
+    let path = region("text");
+    let rule = format!(
+        "[shared]\npath = \"{path}\"\n\n[[rule]]\nname = \"per-user\"\nlimit = \"3/hour\"\n\
+         key = [\"user\", \"ip\"]\ncapacity = 1000\n"
+    );
+    let p = Policy::from_toml(&rule).unwrap();
+    assert!(
+        p.check_n_at(&[("user", "ann|x"), ("ip", "192.0.2.1")], 3, 0)
+            .allowed()
+    );
+    let r = sluicegate_shm::Region::open(&path, &Default::default()).unwrap();
+    let same = r
+        .keyed(&Spec::parse(Kind::TokenBucket, "3/hour").unwrap(), 1000)
+        .unwrap();
+    // The key's text: values joined by `|`, a `|` in a value escaped.
+    assert!(
+        !same
+            .check_n_at("ann\\|x|192.0.2.1", 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        same.check_n_at("bob|192.0.2.1", 3, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        !p.check_n_at(&[("user", "bob"), ("ip", "192.0.2.1")], 1, 0)
+            .allowed()
+    );
+    sluicegate_shm::unlink(&path).unwrap();
+}

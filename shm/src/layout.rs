@@ -23,7 +23,9 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SLUICEGT");
 /// (remove it with [`crate::unlink`] to start a new one).
 ///
 /// 2: a registry entry holds a single limiter's state word.
-pub const LAYOUT_VERSION: u64 = 2;
+/// 3: a policy's keyed rules hash a key's text with the region's hash
+/// (XXH3-64, seeded), as every other keyed limiter in a region does.
+pub const LAYOUT_VERSION: u64 = 3;
 
 /// `Header::state` once the creator has written every part.
 pub(crate) const READY: u64 = 0x5245_4144_5921;

@@ -384,6 +384,16 @@ impl PoolMemory for Memory {
     fn now(&self) -> Option<u64> {
         Some(now())
     }
+    /// The region's key hash ([`Region::key_hash`]): what a policy's keyed
+    /// rules in the region hash their keys' text with.
+    fn key_hash(&self, key: &[u8]) -> Option<KeyHash> {
+        Some(hash_key(key, self.seed))
+    }
+}
+
+/// XXH3-64 of `key` with `seed`: the region's key hash, fixed by the layout.
+fn hash_key(key: &[u8], seed: u64) -> KeyHash {
+    KeyHash::from_raw(xxhash_rust::xxh3::xxh3_64_with_seed(key, seed))
 }
 
 /// A mapped region: make limits in it with [`Region::keyed`] and
@@ -538,7 +548,7 @@ impl Region {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn key_hash(&self, key: &[u8]) -> KeyHash {
-        KeyHash::from_raw(xxhash_rust::xxh3::xxh3_64_with_seed(key, self.inner.seed))
+        hash_key(key, self.inner.seed)
     }
 
     /// A keyed limiter of `spec` in the region, holding at most `max_keys`

@@ -56,7 +56,9 @@ impl Mapped {
             cells: std::ptr::null(),
             registry: std::ptr::null(),
         };
-        mapped.groups = mapped.part::<Group>(layout.groups_at, layout.groups).as_ptr();
+        mapped.groups = mapped
+            .part::<Group>(layout.groups_at, layout.groups)
+            .as_ptr();
         mapped.cells = mapped.part::<Slot>(layout.cells_at, layout.cells).as_ptr();
         mapped.registry = mapped
             .part::<RegistryEntry>(layout.registry_at, layout.entries)

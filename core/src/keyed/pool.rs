@@ -307,6 +307,16 @@ pub trait PoolMemory: fmt::Debug + Send + Sync + 'static {
     fn now(&self) -> Option<u64> {
         None
     }
+    /// The memory's hash of a key's bytes, if it has one: a function of the
+    /// bytes and the memory's seed that every process, language and version
+    /// opening the memory computes alike (which the hash of a `K: Hash` key,
+    /// foldhash's, is not promised to be across versions), so what keys a pool
+    /// in it by text hashes through this ([`Pool::key_hash`]). `None` (the
+    /// default): the pool's own hasher.
+    fn key_hash(&self, key: &[u8]) -> Option<super::KeyHash> {
+        let _ = key;
+        None
+    }
 }
 
 impl<M: PoolMemory> PoolMemory for Arc<M> {
@@ -324,6 +334,9 @@ impl<M: PoolMemory> PoolMemory for Arc<M> {
     }
     fn now(&self) -> Option<u64> {
         (**self).now()
+    }
+    fn key_hash(&self, key: &[u8]) -> Option<super::KeyHash> {
+        (**self).key_hash(key)
     }
 }
 
@@ -494,6 +507,23 @@ impl Pool {
     pub fn now(&self) -> Option<u64> {
         match &self.inner.memory {
             Memory::Caller(m) => m.now(),
+            Memory::Own { .. } => None,
+        }
+    }
+
+    /// The hash of a key's bytes of the pool's memory ([`PoolMemory::key_hash`]),
+    /// for the `_hashed` checks of a limit in it: the same in every process
+    /// and version that maps the memory. `None` for a pool of its own, or
+    /// memory without one: hash keys with the limit's own hasher.
+    ///
+    /// ```
+    /// # use sluicegate::keyed::Pool;
+    /// assert_eq!(Pool::with_memory(1 << 16)?.key_hash(b"10.0.0.1"), None);
+    /// # Ok::<(), sluicegate::SpecError>(())
+    /// ```
+    pub fn key_hash(&self, key: &[u8]) -> Option<super::KeyHash> {
+        match &self.inner.memory {
+            Memory::Caller(m) => m.key_hash(key),
             Memory::Own { .. } => None,
         }
     }
