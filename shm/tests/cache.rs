@@ -20,6 +20,11 @@ fn mappings(path: &Path) -> usize {
         .count()
 }
 
+/// A region of 1 MiB and 64 limits.
+fn small() -> Options {
+    Options::default().memory(1 << 20).limits(64)
+}
+
 fn hourly(n: u64) -> Spec {
     Spec::parse(Kind::TokenBucket, &format!("{n}/hour")).unwrap()
 }
@@ -27,7 +32,7 @@ fn hourly(n: u64) -> Spec {
 #[test]
 fn many_opens_map_once_and_the_last_handle_unmaps() {
     let path = file("once");
-    let o = Options::default().memory(1 << 20).limits(64);
+    let o = small();
     let mut limits = Vec::new();
     for i in 1..=20 {
         let r = Region::open_cached(&path, &o).unwrap();
@@ -50,7 +55,7 @@ fn many_opens_map_once_and_the_last_handle_unmaps() {
 #[test]
 fn a_region_made_again_is_mapped_afresh() {
     let path = file("again");
-    let o = Options::default().memory(1 << 20).limits(64);
+    let o = small();
     let old = Region::open_cached(&path, &o).unwrap();
     let old_limit = old.limiter(&hourly(1)).unwrap();
     assert!(old_limit.check_n_at(1, 0).unwrap().decision.allowed);
@@ -89,7 +94,7 @@ fn a_region_made_again_is_mapped_afresh() {
 #[test]
 fn a_cached_region_checks_options_and_file_as_an_uncached_open() {
     let path = file("checks");
-    let o = Options::default().memory(1 << 20).limits(64);
+    let o = small();
     let held = Region::open_cached(&path, &o).unwrap();
     // Another size: the same error as without the cache, naming both.
     let big = Options::default().memory(2 << 20).limits(64);
@@ -143,7 +148,7 @@ fn a_cached_region_checks_options_and_file_as_an_uncached_open() {
 #[test]
 fn threads_opening_at_once_end_with_one_mapping() {
     let path = file("threads");
-    let o = Options::default().memory(1 << 20).limits(64);
+    let o = small();
     for _ in 0..5 {
         let regions: Vec<Region> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..8)
