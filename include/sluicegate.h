@@ -1235,6 +1235,13 @@ sluicegate_status sluicegate_limiter_new(const struct sluicegate_config *configs
  * `SLUICEGATE_ERR_SHARED_FIXED` (a limit's parameters are fixed in the region).
  * The sliding log has no shared form (`SLUICEGATE_ERR_UNSUPPORTED`).
  *
+ * Handles of one region in one process share one mapping of its file (this
+ * call and `sluicegate_keyed_open_shared` alike; the last handle unmaps it).
+ * Every open still checks the file, its owner, its header and the options
+ * with the statuses below, as a first open does. The file is known by its
+ * device and inode: a region removed and made again under the same name is
+ * mapped afresh, never served from this process's mapping of the old one.
+ *
  * Errors: the configs' own statuses; `SLUICEGATE_ERR_BAD_NAME` /
  * `SLUICEGATE_ERR_NOT_UTF8` for the name; a 22x status for each way the region
  * cannot be opened (a symbolic link, another owner, not a region, another
@@ -1725,11 +1732,13 @@ uint64_t sluicegate_shared_now_ns(void);
 
 /**
  * Removes region `name` (`name_len` bytes of UTF-8, not NUL-terminated: a
- * path, or a bare name for `/dev/shm/sluicegate-<name>`). Processes that have
- * it mapped keep using their mapping; the next open makes a new region. A
- * region that does not exist is not an error. On failure `err` (NULL, or
- * `err_cap` bytes) gets the file and the reason: `SLUICEGATE_ERR_SHARED_ACCESS`
- * for a directory this user cannot write, `SLUICEGATE_ERR_SHARED_IO` otherwise.
+ * path, or a bare name for `/dev/shm/sluicegate-<name>`). Handles that have
+ * it mapped, in any process, keep using their mapping; the next open makes a
+ * new region, in this process too (never served from its mapping of the
+ * removed one). A region that does not exist is not an error. On failure
+ * `err` (NULL, or `err_cap` bytes) gets the file and the reason:
+ * `SLUICEGATE_ERR_SHARED_ACCESS` for a directory this user cannot write,
+ * `SLUICEGATE_ERR_SHARED_IO` otherwise.
  *
  * Bad names: NULL is `SLUICEGATE_ERR_NULL`; empty, longer than
  * `SLUICEGATE_SHARED_MAX_NAME` or holding a NUL is `SLUICEGATE_ERR_BAD_NAME`;

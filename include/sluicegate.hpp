@@ -2,7 +2,8 @@
 // (sluicegate.h). Hand-written; link with libsluicegate as for C.
 //
 // Design:
-//  * RAII, move-only handles: sluicegate::limiter, keyed_limiter,
+//  * RAII, move-only handles: sluicegate::limiter, keyed_limiter (local, or
+//    in a shared-memory region: open_shared),
 //    striped_limiter, redis_limiter, policy and policy_decision own their C
 //    handle (std::unique_ptr with the matching *_free) and cannot be copied.
 //  * redis_limiter's calls BLOCK for a network round trip (bounded by its
@@ -17,6 +18,11 @@
 //  * Times are std::chrono: durations in decisions, and the `_at` calls take
 //    the current time as std::chrono::nanoseconds on the library clock
 //    (sluicegate::now()) or on any one monotonic clock used consistently.
+//  * Shared memory: limiter::open_shared and keyed_limiter::open_shared make
+//    handles whose state lives in a region every worker process of a host
+//    maps (one limit across a pre-fork server's workers); sluicegate::shared
+//    holds the region's options, clock and unlink. A program that uses them
+//    needs the library's `shared` feature (on by default) to link.
 //
 //   sluicegate::limiter api(sluicegate::config::parse("100/s burst 20"));
 //   if (auto d = api.check(); !d) reply_429(d.retry_after_seconds());
@@ -72,6 +78,21 @@ inline nanoseconds dur(std::uint64_t ns) {
     const auto max = static_cast<std::uint64_t>(nanoseconds::max().count());
     return nanoseconds(static_cast<nanoseconds::rep>(ns > max ? max : ns));
 }
+/// Never NULL, even for an empty view (the C calls tell a NULL pointer from an
+/// empty string).
+inline const char *bytes(std::string_view s) noexcept { return s.data() ? s.data() : ""; }
+/// Runs a call that writes its error's full text to a buffer (the shared
+/// region calls: the text names the file); throws it with the status.
+template <class F>
+inline void with_message(F f) {
+    // Room for a path of SLUICEGATE_SHARED_MAX_NAME bytes and the reason.
+    std::string msg(SLUICEGATE_SHARED_MAX_NAME + 512, '\0');
+    const sluicegate_status s = f(msg.data(), msg.size());
+    if (s != SLUICEGATE_OK) {
+        msg.resize(std::char_traits<char>::length(msg.c_str()));
+        throw error(s, msg);
+    }
+}
 }  // namespace detail
 
 enum class algorithm : std::uint32_t {
@@ -94,6 +115,57 @@ inline nanoseconds now() noexcept { return detail::dur(sluicegate_now_ns()); }
 
 /// The library version, e.g. "0.1.0".
 inline std::string_view version() noexcept { return sluicegate_version(); }
+
+/// Shared-memory regions: one limit across the worker processes of a host.
+/// A region is a file every process maps: a bare name without '/' is
+/// /dev/shm/sluicegate-<name>, anything else a path. The handles are
+/// limiter::open_shared and keyed_limiter::open_shared.
+namespace shared {
+
+/// How to create a region that does not exist yet, and what to accept when
+/// opening one. Every setting left alone is the default.
+///
+///   auto o = sluicegate::shared::options().memory(64u << 20).mode(0660);
+class options {
+public:
+    options() noexcept : c_{} { c_.struct_size = sizeof(sluicegate_shared_options); }
+    /// Bytes for keys (16 each) and their eviction sketch (default 16 MiB,
+    /// about 120,000 keys; Docker's default /dev/shm is 64 MB). A region that
+    /// exists with another size throws SLUICEGATE_ERR_SHARED_MISMATCH.
+    options &memory(std::uint64_t bytes) noexcept { c_.memory = bytes; return *this; }
+    /// How many limits the region can register (each quota of each limiter is
+    /// one), 1 to 65,535 (default 1,024).
+    options &limits(std::uint32_t n) noexcept { c_.limits = n; return *this; }
+    /// The file's permission bits when this call creates it (default 0600;
+    /// 0660 lets a group of worker users share it; above 0777 throws
+    /// SLUICEGATE_ERR_SHARED_OPTIONS).
+    options &mode(std::uint32_t bits) noexcept { c_.mode = bits; return *this; }
+    /// Accept a region another user owns (a root master that made it for its
+    /// workers); refused by default (SLUICEGATE_ERR_SHARED_OTHER_OWNER).
+    options &allow_other_owner(bool allow = true) noexcept {
+        c_.allow_other_owner = allow ? 1 : 0;
+        return *this;
+    }
+    const sluicegate_shared_options &raw() const noexcept { return c_; }
+
+private:
+    sluicegate_shared_options c_;
+};
+
+/// The regions' time base (CLOCK_MONOTONIC, the same in every process): the
+/// `now` to give the `_at` calls of shared handles (not sluicegate::now()).
+inline nanoseconds now() noexcept { return detail::dur(sluicegate_shared_now_ns()); }
+
+/// Removes region `name`. Handles that have it mapped keep their mapping; the
+/// next open makes a new region. A region that does not exist is not an
+/// error; a failure throws sluicegate::error naming the file.
+inline void unlink(std::string_view name) {
+    detail::with_message([&](char *err, std::size_t cap) {
+        return sluicegate_shared_unlink(detail::bytes(name), name.size(), err, cap);
+    });
+}
+
+}  // namespace shared
 
 /// A decision; true when admitted.
 struct decision {
@@ -195,6 +267,37 @@ public:
         return limiter(config::parse_list(rates, alg));
     }
 
+    /// A limiter in the shared-memory region `name` (created with `options`
+    /// if it does not exist): every process that opens the same config there
+    /// checks one state. check() and peek() read the region's clock; the
+    /// `_at` calls take shared::now(). set_config() and reset() throw
+    /// SLUICEGATE_ERR_SHARED_FIXED; the sliding log has no shared form
+    /// (SLUICEGATE_ERR_UNSUPPORTED). A region that cannot be opened throws
+    /// sluicegate::error with its status (SLUICEGATE_ERR_SHARED_*) and a
+    /// message naming the file and what is wrong.
+    ///
+    ///   auto global = sluicegate::limiter::open_shared("api",
+    ///                                                  sluicegate::config::parse("1000/s"));
+    static limiter open_shared(std::string_view name, const config &c,
+                               const shared::options &options = shared::options()) {
+        return open_shared(name, std::vector<config>{c}, options);
+    }
+    /// A compound of up to SLUICEGATE_MAX_LIMITS limits of one algorithm in the
+    /// region `name`, admitted all-or-nothing.
+    static limiter open_shared(std::string_view name, const std::vector<config> &limits,
+                               const shared::options &options = shared::options()) {
+        if (limits.empty()) throw error(SLUICEGATE_ERR_LIMIT_COUNT);
+        std::vector<sluicegate_config> raw;
+        for (const auto &c : limits) raw.push_back(c.raw());
+        sluicegate_limiter *h = nullptr;
+        detail::with_message([&](char *err, std::size_t cap) {
+            return sluicegate_limiter_open_shared(detail::bytes(name), name.size(),
+                                                  &options.raw(), raw.data(), raw.size(), err,
+                                                  cap, &h);
+        });
+        return limiter(h);
+    }
+
     decision check(std::uint64_t n = 1) const {
         sluicegate_decision d{};
         detail::check(sluicegate_limiter_check_n(get(), n, &d));
@@ -223,6 +326,7 @@ public:
     const sluicegate_limiter *get() const noexcept { return h_.get(); }
 
 private:
+    explicit limiter(sluicegate_limiter *h) noexcept : h_(h) {}
     struct deleter {
         void operator()(sluicegate_limiter *p) const noexcept { sluicegate_limiter_free(p); }
     };
@@ -244,6 +348,31 @@ public:
         detail::check(sluicegate_keyed_new(&c.raw(), capacity,
                                            static_cast<std::uint32_t>(policy), &h));
         h_.reset(h);
+    }
+
+    /// A keyed limiter in the shared-memory region `name` (created with
+    /// `options` if it does not exist): every process that opens the same
+    /// config and `max_keys` there checks one state per key. `policy` is this
+    /// process's choice for a new key that finds no room. check() and peek()
+    /// read the region's clock, the `_at` calls take shared::now(); stats(),
+    /// live_keys_at() and clear() act on every process's keys; set_config()
+    /// throws SLUICEGATE_ERR_SHARED_FIXED. A region that cannot be opened
+    /// throws sluicegate::error with its status (SLUICEGATE_ERR_SHARED_*) and a
+    /// message naming the file and what is wrong.
+    ///
+    ///   auto per_ip = sluicegate::keyed_limiter::open_shared(
+    ///       "api", sluicegate::config::parse("10/minute"), 100000);
+    static keyed_limiter open_shared(std::string_view name, const config &c,
+                                     std::uint64_t max_keys,
+                                     const shared::options &options = shared::options(),
+                                     full_policy policy = full_policy::evict_stalest) {
+        sluicegate_keyed *h = nullptr;
+        detail::with_message([&](char *err, std::size_t cap) {
+            return sluicegate_keyed_open_shared(detail::bytes(name), name.size(),
+                                                &options.raw(), &c.raw(), max_keys,
+                                                static_cast<std::uint32_t>(policy), err, cap, &h);
+        });
+        return keyed_limiter(h);
     }
 
     decision check(std::string_view key, std::uint64_t n = 1) const {
@@ -289,6 +418,7 @@ public:
     const sluicegate_keyed *get() const noexcept { return h_.get(); }
 
 private:
+    explicit keyed_limiter(sluicegate_keyed *h) noexcept : h_(h) {}
     struct deleter {
         void operator()(sluicegate_keyed *p) const noexcept { sluicegate_keyed_free(p); }
     };
@@ -631,11 +761,10 @@ private:
                                          sluicegate_policy **);
     using reload_fn = sluicegate_status (*)(const sluicegate_policy *, const char *, std::size_t,
                                             char *, std::size_t);
-    static const char *bytes(std::string_view s) noexcept { return s.data() ? s.data() : ""; }
     policy(new_fn f, std::string_view src) {
         std::string msg(message_cap, '\0');
         sluicegate_policy *h = nullptr;
-        const auto s = f(bytes(src), src.size(), msg.data(), msg.size(), &h);
+        const auto s = f(detail::bytes(src), src.size(), msg.data(), msg.size(), &h);
         msg.resize(std::char_traits<char>::length(msg.c_str()));
         if (s != SLUICEGATE_OK) throw error(s, msg);
         h_.reset(h);
@@ -643,7 +772,7 @@ private:
     }
     std::string reload_with(reload_fn f, std::string_view src) const {
         std::string msg(message_cap, '\0');
-        const auto s = f(get(), bytes(src), src.size(), msg.data(), msg.size());
+        const auto s = f(get(), detail::bytes(src), src.size(), msg.data(), msg.size());
         msg.resize(std::char_traits<char>::length(msg.c_str()));
         if (s != SLUICEGATE_OK) throw error(s, msg);
         return msg;
@@ -652,8 +781,8 @@ private:
         std::vector<sluicegate_attr> raw;
         raw.reserve(count);
         for (std::size_t i = 0; i < count; ++i)
-            raw.push_back({bytes(attrs[i].name), attrs[i].name.size(), bytes(attrs[i].value),
-                           attrs[i].value.size()});
+            raw.push_back({detail::bytes(attrs[i].name), attrs[i].name.size(),
+                           detail::bytes(attrs[i].value), attrs[i].value.size()});
         return raw;
     }
     struct deleter {

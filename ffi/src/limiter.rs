@@ -276,6 +276,13 @@ pub unsafe extern "C" fn sluicegate_limiter_new(
 /// `SLUICEGATE_ERR_SHARED_FIXED` (a limit's parameters are fixed in the region).
 /// The sliding log has no shared form (`SLUICEGATE_ERR_UNSUPPORTED`).
 ///
+/// Handles of one region in one process share one mapping of its file (this
+/// call and `sluicegate_keyed_open_shared` alike; the last handle unmaps it).
+/// Every open still checks the file, its owner, its header and the options
+/// with the statuses below, as a first open does. The file is known by its
+/// device and inode: a region removed and made again under the same name is
+/// mapped afresh, never served from this process's mapping of the old one.
+///
 /// Errors: the configs' own statuses; `SLUICEGATE_ERR_BAD_NAME` /
 /// `SLUICEGATE_ERR_NOT_UTF8` for the name; a 22x status for each way the region
 /// cannot be opened (a symbolic link, another owner, not a region, another

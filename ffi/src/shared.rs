@@ -29,8 +29,18 @@
 //!   reset at its next open, never read against the new boot's clock: that is
 //!   not an error. `sluicegate_shared_unlink` removes a region; processes that
 //!   have it mapped keep their mapping, the next open makes a new one.
-//! * Each open maps the file anew: handles of one region in one process share
-//!   its pages through the kernel, as handles of different processes do.
+//! * **One mapping per region per process.** Handles of one region in one
+//!   process share one mapping of its file (`Region::open_cached`): a worker
+//!   that opens fifty limiters in a region maps it once. Every open still
+//!   checks everything with the same statuses as a first open (the file never
+//!   through a symbolic link, its owner, its header, and the size asked for:
+//!   `SLUICEGATE_ERR_SHARED_MISMATCH` for another `memory` or `limits`). The
+//!   file is known by its device and inode, so a region removed (by
+//!   `sluicegate_shared_unlink` or another process) and made again under the
+//!   same name is opened and mapped afresh, never served from the old mapping;
+//!   handles opened before keep the old one. The last handle of a region
+//!   unmaps it. A child of `fork()` inherits its parent's mappings and handles,
+//!   and its own opens share them too.
 //!
 //! The calls from Rust, as a C program makes them (two handles standing for two
 //! worker processes):
@@ -303,15 +313,17 @@ pub(crate) unsafe fn open(
     let name = unsafe { name(name_ptr, name_len) }?;
     // SAFETY: forwarded contract.
     let options = unsafe { options(opts) }?;
-    Ok(sluicegate_shm::Region::open(name, &options)?)
+    Ok(sluicegate_shm::Region::open_cached(name, &options)?)
 }
 
 /// Removes region `name` (`name_len` bytes of UTF-8, not NUL-terminated: a
-/// path, or a bare name for `/dev/shm/sluicegate-<name>`). Processes that have
-/// it mapped keep using their mapping; the next open makes a new region. A
-/// region that does not exist is not an error. On failure `err` (NULL, or
-/// `err_cap` bytes) gets the file and the reason: `SLUICEGATE_ERR_SHARED_ACCESS`
-/// for a directory this user cannot write, `SLUICEGATE_ERR_SHARED_IO` otherwise.
+/// path, or a bare name for `/dev/shm/sluicegate-<name>`). Handles that have
+/// it mapped, in any process, keep using their mapping; the next open makes a
+/// new region, in this process too (never served from its mapping of the
+/// removed one). A region that does not exist is not an error. On failure
+/// `err` (NULL, or `err_cap` bytes) gets the file and the reason:
+/// `SLUICEGATE_ERR_SHARED_ACCESS` for a directory this user cannot write,
+/// `SLUICEGATE_ERR_SHARED_IO` otherwise.
 ///
 /// Bad names: NULL is `SLUICEGATE_ERR_NULL`; empty, longer than
 /// `SLUICEGATE_SHARED_MAX_NAME` or holding a NUL is `SLUICEGATE_ERR_BAD_NAME`;

@@ -1,5 +1,6 @@
 //! Shared-memory regions (`shared=`): one region per path per process, mapped
-//! once and kept; errors as Python exceptions.
+//! once (`Region::open_cached`, as the C library does) and kept; errors as
+//! Python exceptions.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -13,9 +14,11 @@ use crate::{args, errors};
 
 pyo3::import_exception!(sluicegate._errors, SharedMemoryError);
 
-/// The regions this process has open, by path: every limiter made with the
-/// same `shared=` in one process uses one mapping.
-static REGIONS: Mutex<Option<HashMap<PathBuf, Region>>> = Mutex::new(None);
+/// The regions this process has asked for, by path, with the options they
+/// were asked with (`sluicegate.shared.open`, or the defaults): kept open, so
+/// that limiters made and dropped one after another reuse one mapping, and
+/// every later `shared=` of the path is opened with those options.
+static REGIONS: Mutex<Option<HashMap<PathBuf, (Options, Region)>>> = Mutex::new(None);
 
 /// A region error: `ValueError` for options that describe no region,
 /// `MemoryError` when the device has no room, the spec's own errors for a
@@ -39,16 +42,17 @@ pub fn clock_and_shared() -> PyErr {
 }
 
 /// The region `name` (a path, or a bare name for `/dev/shm/sluicegate-<name>`),
-/// opened with the default options the first time this process asks for it.
+/// with the options this process opened it with (the defaults the first
+/// time). Opened and checked on every call, mapped once while it is the same
+/// file: a region removed and made again under that name (by another process
+/// too) is mapped afresh.
 pub fn region(name: &Path) -> PyResult<Region> {
     let path = sluicegate_shm::path_of(name);
     let mut open = REGIONS.lock().unwrap_or_else(PoisonError::into_inner);
     let open = open.get_or_insert_with(HashMap::new);
-    if let Some(r) = open.get(&path) {
-        return Ok(r.clone());
-    }
-    let r = Region::open(&path, &Options::default()).map_err(error)?;
-    open.insert(path, r.clone());
+    let options = open.get(&path).map(|(o, _)| o.clone()).unwrap_or_default();
+    let r = Region::open_cached(&path, &options).map_err(error)?;
+    open.insert(path, (options, r.clone()));
     Ok(r)
 }
 
@@ -85,11 +89,11 @@ pub fn open(
     let path = sluicegate_shm::path_of(&name);
     let mut open = REGIONS.lock().unwrap_or_else(PoisonError::into_inner);
     let open = open.get_or_insert_with(HashMap::new);
-    // Opened again (the file's size and parts checked against these options),
-    // even when this process has it: options that do not match are an error.
-    let r = Region::open(&path, &options).map_err(error)?;
+    // Checked again (the file's size and parts against these options), even
+    // when this process has it: options that do not match are an error.
+    let r = Region::open_cached(&path, &options).map_err(error)?;
     let shown = r.path().display().to_string();
-    open.insert(path, r);
+    open.insert(path, (options, r));
     Ok(shown)
 }
 

@@ -94,6 +94,36 @@ def test_unlink_makes_the_next_region_new(region: str) -> None:
     sluicegate.shared.unlink(region)  # absent: not an error
 
 
+def _mappings(path: str) -> int:
+    """How many of this process's mappings are of ``path`` (removed or not)."""
+    with open("/proc/self/maps") as maps:
+        return sum(line.rstrip("\n").removesuffix(" (deleted)").endswith(path) for line in maps)
+
+
+def _remake(region: str) -> None:
+    """Another process removes the region and makes it again."""
+    sluicegate.shared.unlink(region)
+    assert KeyedLimiter("1/hour", shared=region).check("c").allowed
+
+
+def test_one_mapping_per_region_and_never_a_removed_one(region: str) -> None:
+    limiters = [KeyedLimiter(f"{n}/hour", shared=region) for n in range(1, 30)]
+    limiters += [sluicegate.TokenBucket("5/hour", shared=region) for _ in range(10)]
+    assert _mappings(region) == 1
+    assert limiters[0].check("k").allowed and not limiters[0].check("k").allowed
+    # Removed and made again by another process: this one's next shared= maps
+    # the new file, not its mapping of the old one.
+    ctx = multiprocessing.get_context("fork")
+    p = ctx.Process(target=_remake, args=(region,))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    fresh = KeyedLimiter("1/hour", shared=region)
+    assert not fresh.check("c").allowed  # the other process's admission, in the new region
+    assert limiters[0].check("c").allowed  # the old limiters keep the old mapping
+    assert _mappings(region) == 2
+
+
 def test_open_sets_the_region_up_with_options(region: str) -> None:
     # Made by a "master" with a group mode and a size of its own...
     path = sluicegate.shared.open(region, memory=1 << 20, limits=8, mode=0o660)

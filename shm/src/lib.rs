@@ -68,13 +68,14 @@ struct ReadmeDoctests;
 mod layout;
 mod map;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rustix::fs::{FallocateFlags, FlockOperation, OFlags};
 use sluicegate::keyed::{
@@ -407,10 +408,22 @@ pub struct Region {
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
+    /// The mapped file's identity (device, inode) when it was opened.
+    file: FileId,
     mapped: Arc<Mapped>,
     pool: Pool,
     seed: u64,
 }
+
+/// A file's identity: its device and inode numbers. A file removed and made
+/// again under the same name is another file; an inode number is not reused
+/// while a mapping keeps its file alive.
+type FileId = (u64, u64);
+
+/// The regions this process has mapped, by file ([`Region::open_cached`]).
+/// Weak: the last handle of a region unmaps it; its dead entry is dropped at
+/// the next insertion.
+static MAPPED: Mutex<BTreeMap<FileId, Weak<Inner>>> = Mutex::new(BTreeMap::new());
 
 fn io_error<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
     move |source| Error::Io {
@@ -452,6 +465,93 @@ impl Region {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(name: impl AsRef<Path>, options: &Options) -> Result<Region, Error> {
+        Region::open_with(&path_of(name), options, |_| None)
+    }
+
+    /// Opens region `name` as [`Region::open`] does, but maps each region only
+    /// once per process: while a handle of this process has the same file
+    /// mapped, that mapping is shared instead of mapping the file again (a
+    /// pre-fork worker that opens many limiters in one region holds one
+    /// mapping, as it holds one file).
+    ///
+    /// Everything [`Region::open`] checks is still checked on every call, with
+    /// the same errors: the file is opened (never through a symbolic link) and
+    /// its owner, header and size checked against `options` (so another size
+    /// asked for is [`Error::Size`], cached or not). The file is identified by
+    /// its device and inode: a region removed ([`unlink`], or by another
+    /// process) and made again under the same name is a new file, opened and
+    /// mapped afresh, never served from the old mapping. The cache holds no
+    /// mapping alive: the last handle of a region unmaps it.
+    ///
+    /// ```
+    /// use sluicegate::{Kind, Spec};
+    /// use sluicegate_shm::{Error, Options, Region};
+    /// # let path = std::env::temp_dir().join(format!("sg-cached-{}", std::process::id()));
+    /// let o = Options::default().memory(1 << 20);
+    /// let a = Region::open_cached(&path, &o)?;
+    /// let b = Region::open_cached(&path, &o)?;
+    /// assert!(a.same_mapping(&b));
+    /// // The options are checked as without the cache.
+    /// let e = Region::open_cached(&path, &Options::default().memory(2 << 20)).unwrap_err();
+    /// assert!(matches!(e, Error::Size { .. }), "{e}");
+    /// // Removed and made again: a new region, not the old mapping.
+    /// let spec = Spec::parse(Kind::TokenBucket, "1/hour")?;
+    /// assert!(a.limiter(&spec)?.check_n_at(1, 0)?.decision.allowed);
+    /// sluicegate_shm::unlink(&path)?;
+    /// let c = Region::open_cached(&path, &o)?;
+    /// assert!(!c.same_mapping(&a));
+    /// assert!(c.limiter(&spec)?.check_n_at(1, 0)?.decision.allowed);
+    /// # sluicegate_shm::unlink(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_cached(name: impl AsRef<Path>, options: &Options) -> Result<Region, Error> {
+        // The lock is held for lookups only, never across a system call: a
+        // child forked while another thread opens a region can still open.
+        let mapped = || MAPPED.lock().unwrap_or_else(PoisonError::into_inner);
+        let region = Region::open_with(&path_of(name), options, |id| {
+            let inner = mapped().get(&id).and_then(Weak::upgrade)?;
+            Some(Region { inner })
+        })?;
+        let mut mapped = mapped();
+        if let Some(first) = mapped.get(&region.inner.file).and_then(Weak::upgrade) {
+            // Reused; or mapped by another thread meanwhile (the same file,
+            // checked by both): keep one mapping.
+            if first.mapped.layout() == region.inner.mapped.layout() {
+                return Ok(Region { inner: first });
+            }
+        }
+        mapped.retain(|_, w| w.strong_count() > 0);
+        mapped.insert(region.inner.file, Arc::downgrade(&region.inner));
+        Ok(region)
+    }
+
+    /// Whether two handles share one mapping of their region (handles from
+    /// [`Region::open_cached`] of one file do; every [`Region::open`] maps
+    /// anew).
+    ///
+    /// ```
+    /// use sluicegate_shm::{Options, Region};
+    /// # let path = std::env::temp_dir().join(format!("sg-same-{}", std::process::id()));
+    /// let a = Region::open(&path, &Options::default())?;
+    /// let b = Region::open(&path, &Options::default())?;
+    /// assert!(a.same_mapping(&a.clone()) && !a.same_mapping(&b));
+    /// # sluicegate_shm::unlink(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn same_mapping(&self, other: &Region) -> bool {
+        Arc::ptr_eq(&self.inner.mapped, &other.inner.mapped)
+    }
+
+    /// Opens the file at `path` and checks it; `cached` offers a handle this
+    /// process already has on the file of that identity, reused if the file
+    /// still matches it and `options`. Any doubt (another file, a header that
+    /// changed, another size asked for) takes the full path, under the file
+    /// lock, whose answer is the same as without a cache.
+    fn open_with(
+        path: &Path,
+        options: &Options,
+        cached: impl FnOnce(FileId) -> Option<Region>,
+    ) -> Result<Region, Error> {
         if !sluicegate::keyed::slots_lock_free() {
             return Err(Error::NotLockFree);
         }
@@ -468,8 +568,19 @@ impl Region {
                 options.memory
             ))
         })?;
-        let path = path_of(name);
-        let file = open_file(&path, options)?;
+        let path = path.to_path_buf();
+        let (file, id) = open_file(&path, options)?;
+        if let Some(r) = cached(id) {
+            let len = file.metadata().map_err(io_error(&path, "stat"))?.len();
+            let m = &r.inner.mapped;
+            // A file shorter than the mapping (truncated since) is not read
+            // through it; the full path reports it.
+            if len >= m.layout().len as u64
+                && matches!(inspect(&path, m.header(), len, &want), Ok(Found::Ready(l)) if l == *m.layout())
+            {
+                return Ok(r);
+            }
+        }
         // One initialiser at a time; the kernel drops the lock if it dies.
         rustix::fs::flock(&file, FlockOperation::LockExclusive)
             .map_err(|e| io_error(&path, "flock")(e.into()))?;
@@ -484,6 +595,7 @@ impl Region {
         Ok(Region {
             inner: Arc::new(Inner {
                 path,
+                file: id,
                 mapped,
                 pool,
                 seed,
@@ -491,7 +603,8 @@ impl Region {
         })
     }
 
-    /// The region's file.
+    /// The region's file (for a handle from [`Region::open_cached`], as named
+    /// by the open that mapped it).
     ///
     /// ```
     /// # let dir = std::env::temp_dir();
@@ -607,8 +720,8 @@ impl Region {
 }
 
 /// Opens (never through a symlink) or creates (exclusively) the file, and
-/// checks what it is and who owns it.
-fn open_file(path: &Path, options: &Options) -> Result<File, Error> {
+/// checks what it is and who owns it. Returns it with its identity.
+fn open_file(path: &Path, options: &Options) -> Result<(File, FileId), Error> {
     let flags = (OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32;
     let file = match OpenOptions::new()
         .read(true)
@@ -654,28 +767,26 @@ fn open_file(path: &Path, options: &Options) -> Result<File, Error> {
             us,
         });
     }
-    Ok(file)
+    Ok((file, (meta.dev(), meta.ino())))
 }
 
-/// With the file lock held: initialises the region if it is new (or was left
-/// half-made, or outlived a reboot), else checks it; maps it. Returns the
-/// mapping and the hash seed.
-fn attach(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Error> {
-    let len = file.metadata().map_err(io_error(path, "stat"))?.len();
+/// What a region's header says of it.
+enum Found {
+    /// A region of this build's layout, made in this boot: its parts.
+    Ready(Layout),
+    /// A region to make again: its creator died before it was ready, or it was
+    /// made in another boot (its times are another clock's).
+    Remake,
+}
+
+/// Reads a region's header (of a file of `len` bytes, at least a header's)
+/// and checks it against the layout `want`ed: what it is, or why it cannot be
+/// used.
+fn inspect(path: &Path, h: &layout::Header, len: u64, want: &Layout) -> Result<Found, Error> {
     let corrupt = |what: String| Error::Corrupt {
         path: path.to_path_buf(),
         what,
     };
-    if len == 0 {
-        return create(path, file, want);
-    }
-    if len < layout::HEADER_BYTES as u64 {
-        return Err(corrupt(format!("{len} bytes, shorter than its header")));
-    }
-    // The header alone first: what the rest of the file should be.
-    let head = Mapped::new(file, Layout::new(0, 0, 0).expect("an empty layout"))
-        .map_err(io_error(path, "mmap"))?;
-    let h = head.header();
     let magic = h.magic.load(Ordering::Acquire);
     // The creator writes the magic first and the ready state last: a file with
     // neither is a region whose creator died before writing anything (its
@@ -683,8 +794,7 @@ fn attach(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Erro
     // lock it held). Any other file is not ours to overwrite.
     let state = h.state.load(Ordering::Acquire);
     if (magic == 0 && state == 0) || (magic == MAGIC && state != READY) {
-        drop(head);
-        return create(path, file, want);
+        return Ok(Found::Remake);
     }
     if magic != MAGIC {
         return Err(Error::NotARegion {
@@ -736,14 +846,39 @@ fn attach(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Erro
         h.boot[0].load(Ordering::Acquire),
         h.boot[1].load(Ordering::Acquire),
     ];
-    drop(head);
     if boot != boot_id() {
-        // Made in another boot: its times are another clock's. Start afresh.
+        return Ok(Found::Remake);
+    }
+    Ok(Found::Ready(found))
+}
+
+/// With the file lock held: initialises the region if it is new (or was left
+/// half-made, or outlived a reboot), else checks it; maps it. Returns the
+/// mapping and the hash seed.
+fn attach(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Error> {
+    let len = file.metadata().map_err(io_error(path, "stat"))?.len();
+    if len == 0 {
         return create(path, file, want);
     }
-    let mapped = Mapped::new(file, found).map_err(io_error(path, "mmap"))?;
-    let seed = mapped.header().seed.load(Ordering::Acquire);
-    Ok((mapped, seed))
+    if len < layout::HEADER_BYTES as u64 {
+        return Err(Error::Corrupt {
+            path: path.to_path_buf(),
+            what: format!("{len} bytes, shorter than its header"),
+        });
+    }
+    // The header alone first: what the rest of the file should be.
+    let head = Mapped::new(file, Layout::new(0, 0, 0).expect("an empty layout"))
+        .map_err(io_error(path, "mmap"))?;
+    let found = inspect(path, head.header(), len, want)?;
+    drop(head);
+    match found {
+        Found::Remake => create(path, file, want),
+        Found::Ready(found) => {
+            let mapped = Mapped::new(file, found).map_err(io_error(path, "mmap"))?;
+            let seed = mapped.header().seed.load(Ordering::Acquire);
+            Ok((mapped, seed))
+        }
+    }
 }
 
 /// Core's sizes a region depends on.

@@ -1,5 +1,6 @@
 /* C11 test of shared-memory regions (sluicegate_*_open_shared,
- * sluicegate_shared_*): handles that share one state within a process and
+ * sluicegate_shared_*): handles that share one state within a process (and
+ * one mapping: removed and made again, a region is mapped afresh) and
  * across 8 forked processes (the total admitted equals the exact bound, per
  * algorithm, for a keyed table, a single limiter and a policy with a [shared]
  * table), what a shared handle refuses, every bad input and every way opening
@@ -35,6 +36,14 @@ static char path_buf[4096];
 static const char *region(const char *name) {
     snprintf(path_buf, sizeof path_buf, "%s/%s", scratch, name);
     return path_buf;
+}
+
+static void unlink_region(const char *path);
+
+/* `path` (4096 bytes) set to region file `name`, removed if it was there. */
+static void fresh_region(char *path, const char *name) {
+    snprintf(path, 4096, "%s", region(name));
+    unlink_region(path);
 }
 
 static sluicegate_shared_options opts(uint64_t memory) {
@@ -219,6 +228,92 @@ static void test_handles_share_one_state(void) {
     EXPECT(stat(file, &sb) == 0 && (sb.st_mode & 0777) == 0640);
     sluicegate_keyed_free(bare);
     unlink_region(name);
+}
+
+/* How many of this process's mappings are of `path` (removed or not). */
+static int mappings(const char *path) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[8192];
+    int n = 0;
+    const size_t pl = strlen(path);
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f)) {
+        size_t l = strcspn(line, "\n");
+        line[l] = '\0';
+        if (l >= 10 && strcmp(line + l - 10, " (deleted)") == 0) line[l -= 10] = '\0';
+        if (l >= pl && strcmp(line + l - pl, path) == 0 && (l == pl || line[l - pl - 1] == ' '))
+            ++n;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Handles of one region in one process share one mapping; every open still
+ * checks the options; a region removed and made again is mapped afresh; the
+ * last handle unmaps it. */
+static void test_one_mapping_per_region(void) {
+    char path[4096];
+    fresh_region(path, "cache");
+    sluicegate_shared_options o = opts(1 << 20);
+    enum { N = 20 };
+    sluicegate_keyed *k[N];
+    sluicegate_limiter *l[N];
+    sluicegate_decision d;
+    for (int i = 0; i < N; ++i) {
+        sluicegate_config c = cfg(SLUICEGATE_TOKEN_BUCKET, 1 + (uint64_t)(i % 5), HOUR, 0);
+        EXPECT_STATUS(open_keyed(path, &o, &c, 100, &k[i]), SLUICEGATE_OK);
+        EXPECT_STATUS(open_limiter(path, &o, &c, 1, &l[i]), SLUICEGATE_OK);
+    }
+    EXPECT(mappings(path) == 1);
+    /* One state: handles 0 and 5 are the same limit (1/hour). */
+    EXPECT_STATUS(sluicegate_keyed_check(k[0], K("a"), 1, &d), SLUICEGATE_OK);
+    EXPECT(d.allowed);
+    EXPECT_STATUS(sluicegate_keyed_check(k[5], K("a"), 1, &d), SLUICEGATE_OK);
+    EXPECT(!d.allowed);
+    /* Another size asked for: the same status and text as a first open. */
+    sluicegate_shared_options big = opts(2 << 20);
+    sluicegate_keyed *x = NULL;
+    sluicegate_config c = cfg(SLUICEGATE_TOKEN_BUCKET, 1, HOUR, 0);
+    char err[512];
+    EXPECT_STATUS(sluicegate_keyed_open_shared(path, strlen(path), &big, &c, 100, 0, err,
+                                               sizeof err, &x),
+                  SLUICEGATE_ERR_SHARED_MISMATCH);
+    EXPECT(x == NULL && strstr(err, path) != NULL && strstr(err, "were asked for") != NULL);
+    sluicegate_shared_options fewer = opts(1 << 20);
+    fewer.limits = 8;
+    EXPECT_STATUS(open_keyed(path, &fewer, &c, 100, &x), SLUICEGATE_ERR_SHARED_MISMATCH);
+    /* A newer layout version written in place: the error of a first open; the
+     * version put back, the region is served again. */
+    uint64_t version = 0;
+    int fd = open(path, O_RDONLY);
+    EXPECT(fd >= 0 && pread(fd, &version, 8, 8) == 8); /* little-endian, as this host */
+    if (fd >= 0) close(fd);
+    poke(path, 8, 1000);
+    EXPECT_STATUS(open_keyed(path, &o, &c, 100, &x), SLUICEGATE_ERR_SHARED_VERSION);
+    poke(path, 8, version);
+    EXPECT_STATUS(open_keyed(path, &o, &c, 100, &x), SLUICEGATE_OK);
+    sluicegate_keyed_free(x);
+    EXPECT(mappings(path) == 1);
+    /* Removed and made again: a new open maps the new file, fresh; the old
+     * handles keep theirs until freed. */
+    unlink_region(path);
+    sluicegate_keyed *fresh = NULL;
+    EXPECT_STATUS(open_keyed(path, &o, &c, 100, &fresh), SLUICEGATE_OK);
+    EXPECT(mappings(path) == 2);
+    EXPECT_STATUS(sluicegate_keyed_check(fresh, K("a"), 1, &d), SLUICEGATE_OK);
+    EXPECT(d.allowed);
+    EXPECT_STATUS(sluicegate_keyed_check(k[0], K("b"), 1, &d), SLUICEGATE_OK);
+    EXPECT(d.allowed);
+    EXPECT_STATUS(sluicegate_keyed_check(fresh, K("b"), 1, &d), SLUICEGATE_OK);
+    EXPECT(d.allowed); /* not the old region's "b" */
+    for (int i = 0; i < N; ++i) {
+        sluicegate_keyed_free(k[i]);
+        sluicegate_limiter_free(l[i]);
+    }
+    EXPECT(mappings(path) == 1);
+    sluicegate_keyed_free(fresh);
+    EXPECT(mappings(path) == 0);
+    unlink_region(path);
 }
 
 static void test_bad_inputs(void) {
@@ -553,10 +648,8 @@ static void check_the_policy(int i, uint64_t *counts) {
  * mapping inherited) and checked by 8 processes, all-or-nothing across two
  * keyed rules: per user 5/hour, per tenant 12/hour. */
 static void test_a_shared_policy_across_processes(void) {
-    const char *p = region("policy");
     char path[4096];
-    snprintf(path, sizeof path, "%s", p);
-    unlink_region(path);
+    fresh_region(path, "policy");
     char text[4400];
     snprintf(text, sizeof text,
              "[shared]\npath = \"%s\"\n"
@@ -617,10 +710,8 @@ static uint64_t next(void) {
  * mmap of its file, as another process would), then every C function: no
  * crash, no hang (an alarm kills a spin), no out-of-bounds access (ASan). */
 static void test_random_bytes_never_crash_or_hang(void) {
-    const char *p = region("fuzz");
     char path[4096];
-    snprintf(path, sizeof path, "%s", p);
-    unlink_region(path);
+    fresh_region(path, "fuzz");
     sluicegate_shared_options o = opts(1 << 20);
     const uint32_t *algs = keyed_algs;
     sluicegate_keyed *t[NALG];
@@ -730,6 +821,7 @@ int main(int argc, char **argv) {
     }
     scratch = argv[1];
     test_handles_share_one_state();
+    test_one_mapping_per_region();
     test_bad_inputs();
     test_every_way_opening_fails();
     test_eight_processes_admit_exactly_the_bound();
