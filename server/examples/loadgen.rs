@@ -63,6 +63,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+// The server binary's allocator, so that the in-process server runs on it
+// (`--no-default-features`: the system's).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The name prefix of the client runtime's threads: the CPU of these (and of
 /// the main thread) is the client's, that of every other thread the server's.
 const CLIENT_THREADS: &str = "loadgen-client";
