@@ -6,6 +6,8 @@
 * Each published crate has a description, licence, repository, readme (a file
   that exists), keywords (1-5), categories, rust-version and docs.rs metadata,
   and each of its path dependencies names a version.
+* No crate but sluicegate-server names a global allocator (mimalloc, jemalloc,
+  ...), and that one only as an optional dependency (its binary's feature).
 * `cargo package --no-verify` packages them together (each resolves the others
   from the packages just made, as `cargo publish` will), and each package holds
   its sources, README and both licence texts, and nothing else (no tests,
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+ALLOCATORS = {"mimalloc", "tikv-jemallocator", "jemallocator", "snmalloc-rs"}
 PUBLISHED = [
     "sluicegate",
     "sluicegate-shm",
@@ -67,6 +70,12 @@ def check_metadata(meta: dict, errors: list[str]) -> None:
         for dep in p["dependencies"]:
             if dep.get("path") and dep["kind"] != "dev" and dep["req"] == "*":
                 errors.append(f"{name}: path dependency {dep['name']} has no version")
+    # A global allocator is the server binary's choice alone (its optional
+    # `mimalloc` feature): a library crate never brings one to its users.
+    for p in packages:
+        for dep in p["dependencies"]:
+            if dep["name"] in ALLOCATORS and (p["name"] != "sluicegate-server" or not dep["optional"]):
+                errors.append(f"{p['name']}: depends on the allocator {dep['name']} (only sluicegate-server's binary may, as an optional dependency)")
 
 
 def check_packages(meta: dict, errors: list[str]) -> None:

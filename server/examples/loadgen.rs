@@ -1,6 +1,6 @@
 //! Load generator for sluicegate-server: many concurrent ShouldRateLimit streams
-//! over several HTTP/2 connections, measuring decisions per second and latency
-//! percentiles on loopback.
+//! over several HTTP/2 connections, measuring decisions per second, latency
+//! percentiles and CPU per decision on loopback.
 //!
 //! ```text
 //! cargo run --release -p sluicegate-server --example loadgen -- --seconds 5 --distinct 1000
@@ -15,6 +15,11 @@
 //! granularity, and a saturated client falls behind) is reported apart, so that
 //! coordinated omission shows instead of hiding.
 //!
+//! CPU per decision is split: the client's (its runtime's threads, named
+//! `loadgen-client`, and the main thread) and the in-process server's (every
+//! other thread of the process: its runtime, and the Redis driver of a `redis`
+//! or `hybrid` rule), both over the decisions sent, warm-up included.
+//!
 //! `--algorithm token_bucket|fixed_window|sliding_window|...` sets the limit's
 //! algorithm (a TOML rule on every backend, `local` included; without it,
 //! `local` serves envoyproxy/ratelimit YAML and `redis`/`hybrid` a fixed window).
@@ -26,9 +31,21 @@
 //! the server's `INFO commandstats` before and after: 1.0 for `redis` (one
 //! round trip per decision), the share not answered from leases for `hybrid`.
 //!
+//! `--backend floor` is the gRPC floor: a minimal tonic server (defaults, plus
+//! `TCP_NODELAY` as the client sets) answering every `ShouldRateLimit` with the
+//! same constant OK, what any RLS server on tonic costs at the least.
+//!
+//! `--backend` takes a list (`floor,local,redis,hybrid`): each server is started
+//! once, and each of `--rounds` rounds runs every backend in turn (A B A B, so
+//! that the machine's drift falls on all of them). A summary then gives each
+//! backend's medians and the target rows: ratios against `local` (the medians
+//! of each round's ratio), and with `--open-loop-half` the open-loop latency of
+//! every backend at half `local`'s closed-loop median rate.
+//!
 //! ```text
-//! cargo run --release -p sluicegate-server --example loadgen -- --seconds 5 --distinct 1000 \
-//!     --backend hybrid --redis redis://127.0.0.1:6379
+//! cargo run --release -p sluicegate-server --example loadgen -- --seconds 4 --distinct 1000 \
+//!     --connections 2 --concurrency 128 --rounds 3 --open-loop-half \
+//!     --backend floor,local,redis,hybrid --redis redis://127.0.0.1:6379
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -40,8 +57,21 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
+
+// The server binary's allocator, so that the in-process server runs on it
+// (`--no-default-features`: the system's).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The name prefix of the client runtime's threads: the CPU of these (and of
+/// the main thread) is the client's, that of every other thread the server's.
+const CLIENT_THREADS: &str = "loadgen-client";
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -73,9 +103,11 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     limit: u32,
     /// Where the in-process server keeps its counts: `local` (envoyproxy/ratelimit
-    /// YAML, in memory), or a TOML rule on `redis` or `hybrid` (needs `--redis`).
-    #[arg(long, value_enum, default_value_t = Backend::Local)]
-    backend: Backend,
+    /// YAML, in memory), a TOML rule on `redis` or `hybrid` (needs `--redis`), or
+    /// `floor` (no limit: a minimal tonic server's constant OK). A list
+    /// (`floor,local`) runs each in turn, every round.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "local")]
+    backend: Vec<Backend>,
     /// The Redis server of `--backend redis|hybrid` (`redis://host:port`).
     #[arg(long)]
     redis: Option<String>,
@@ -88,89 +120,391 @@ struct Args {
     /// window for `redis`/`hybrid`, envoyproxy/ratelimit's own for `local`.
     #[arg(long)]
     algorithm: Option<sluicegate::Kind>,
+    /// Rounds, each running every `--backend` in turn; the summary gives medians.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// After the closed-loop rounds, an open-loop run of every backend at half
+    /// the closed-loop median rate of `local` (of the first backend without it).
+    #[arg(long, conflicts_with = "rate")]
+    open_loop_half: bool,
 }
 
 /// The in-process server's backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 enum Backend {
+    Floor,
     Local,
     Redis,
     Hybrid,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Floor => "floor",
+            Backend::Local => "local",
+            Backend::Redis => "redis",
+            Backend::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// The checks of the flags that clap's parser cannot express.
+fn validate(args: &Args) -> Result<(), String> {
     if args.distinct == 0
         || args.concurrency == 0
         || args.connections == 0
+        || args.rounds == 0
         || !args.seconds.is_finite()
         || args.seconds <= 0.0
     {
         return Err(
-            "--distinct, --concurrency, --connections and --seconds must be positive".into(),
+            "--distinct, --concurrency, --connections, --rounds and --seconds must be positive"
+                .into(),
         );
     }
-    let redis = match (args.backend, &args.redis) {
-        (Backend::Local, None) => None,
-        (Backend::Local, Some(_)) => return Err("--redis needs --backend redis or hybrid".into()),
-        (_, None) => return Err("--backend redis|hybrid needs --redis URL".into()),
-        (_, Some(_)) if args.addr.is_some() => {
-            return Err("--backend configures the in-process server: not with --addr".into())
+    if args.rate.is_some_and(|r| !r.is_finite() || r <= 0.0) {
+        return Err("--rate must be a positive number of requests per second".into());
+    }
+    let mut seen = Vec::new();
+    for b in &args.backend {
+        if seen.contains(b) {
+            return Err(format!("--backend lists {} twice", b.name()));
         }
-        (_, Some(url)) => Some(RedisStats::new(url)?),
-    };
-    let (addr, _server) = match args.addr {
-        Some(a) => (a, None),
-        None => {
-            let (a, s) = start_server(&args)?;
-            (a, Some(s))
-        }
-    };
-    let calls_before = redis.as_ref().map(RedisStats::script_calls).transpose()?;
-    let cpu_before = process_cpu_secs();
+        seen.push(*b);
+    }
+    let remote = seen
+        .iter()
+        .any(|b| matches!(b, Backend::Redis | Backend::Hybrid));
+    match (remote, &args.redis) {
+        (false, Some(_)) => return Err("--redis needs --backend redis or hybrid".into()),
+        (true, None) => return Err("--backend redis|hybrid needs --redis URL".into()),
+        _ => {}
+    }
+    if args.addr.is_some() && seen != [Backend::Local] {
+        return Err("--backend configures the in-process server: not with --addr".into());
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    validate(&args)?;
+    let redis = args.redis.as_deref().map(RedisStats::new).transpose()?;
+    let mut servers = Vec::new();
+    for &backend in &args.backend {
+        let (addr, server) = match (args.addr, backend) {
+            (Some(a), _) => (a, None),
+            (None, Backend::Floor) => {
+                let (a, s) = start_floor(args.server_threads)?;
+                (a, Some(s))
+            }
+            (None, _) => {
+                let (a, s) = start_server(&args, backend)?;
+                (a, Some(s))
+            }
+        };
+        servers.push((backend, addr, server));
+    }
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.client_threads)
+        .thread_name(CLIENT_THREADS)
         .enable_all()
         .build()?;
-    let (report, decisions) = client_rt.block_on(run(&args, addr))?;
-    // CPU this process spent per decision (client, plus the server when it runs
-    // in-process), warm-up included: what 2 idle cores would sustain, whatever
-    // else the machine was doing during the run.
-    let cpu = match (cpu_before, process_cpu_secs()) {
-        (Some(a), Some(b)) if decisions > 0 => {
-            let us = (b - a) * 1e6 / decisions as f64;
-            format!(
-                ", {us:.1} us CPU per decision ({} process)",
-                if args.addr.is_some() {
-                    "client"
-                } else {
-                    "client + server"
-                }
-            )
+    let mut closed: Vec<Vec<Measured>> = vec![Vec::new(); servers.len()];
+    for _ in 0..args.rounds {
+        for (i, (backend, addr, _)) in servers.iter().enumerate() {
+            let m = measure(
+                &args,
+                &client_rt,
+                *backend,
+                *addr,
+                args.rate,
+                redis.as_ref(),
+            )?;
+            println!("{}", m.line(&args));
+            closed[i].push(m);
         }
-        _ => String::new(),
-    };
-    let redis_calls = match (&redis, calls_before) {
-        (Some(r), Some(before)) => {
-            let calls = r.script_calls()?.saturating_sub(before);
-            format!(
-                ", {:.3} Redis script calls per decision ({calls} calls)",
-                calls as f64 / decisions.max(1) as f64
-            )
+    }
+    let mut open = Vec::new();
+    if args.open_loop_half {
+        let anchor = servers
+            .iter()
+            .position(|(b, _, _)| *b == Backend::Local)
+            .unwrap_or(0);
+        let rate = median(closed[anchor].iter().map(|m| m.per_sec)) / 2.0;
+        for (backend, addr, _) in &servers {
+            let m = measure(
+                &args,
+                &client_rt,
+                *backend,
+                *addr,
+                Some(rate),
+                redis.as_ref(),
+            )?;
+            println!("{}", m.line(&args));
+            open.push(m);
         }
-        _ => String::new(),
-    };
-    let algorithm = args.algorithm.map_or("", sluicegate::Kind::name);
-    println!(
-        "backend={:?}{}{algorithm} {report}{cpu}{redis_calls}",
-        args.backend,
-        if algorithm.is_empty() {
-            ""
-        } else {
-            " algorithm="
-        }
-    );
+    }
+    if args.rounds > 1 || servers.len() > 1 || args.open_loop_half {
+        print!("{}", summary(&args, &closed, &open));
+    }
     Ok(())
+}
+
+/// One run's figures.
+#[derive(Debug, Clone)]
+struct Measured {
+    backend: Backend,
+    /// `Some(rate)`: open loop.
+    rate: Option<f64>,
+    per_sec: f64,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    /// Send lag behind the schedule (open loop): p50, p99.
+    lag_us: Option<(f64, f64)>,
+    over_pct: f64,
+    errors: u64,
+    /// Microseconds of CPU per decision: the client's, the in-process server's.
+    client_us: Option<f64>,
+    server_us: Option<f64>,
+    /// Redis script calls per decision (`redis`/`hybrid`), and their number.
+    redis_calls: Option<(f64, u64)>,
+}
+
+impl Measured {
+    /// The run's report line.
+    fn line(&self, args: &Args) -> String {
+        let algorithm = match (self.backend, args.algorithm) {
+            (Backend::Floor, _) | (_, None) => String::new(),
+            (_, Some(k)) => format!(" algorithm={}", k.name()),
+        };
+        let mode = match (self.rate, self.lag_us) {
+            (Some(r), Some((p50, p99))) => {
+                format!("open loop {r:.0}/s (send lag p50 {p50:.0} us, p99 {p99:.0} us)")
+            }
+            _ => "closed loop".to_owned(),
+        };
+        let mut cpu = String::new();
+        if let Some(s) = self.server_us {
+            cpu += &format!(", server {s:.1} us CPU per decision");
+        }
+        if let Some(c) = self.client_us {
+            cpu += &format!(", client {c:.1} us CPU per decision");
+        }
+        let calls = self.redis_calls.map_or_else(String::new, |(per, n)| {
+            format!(", {per:.3} Redis script calls per decision ({n} calls)")
+        });
+        format!(
+            "backend={}{algorithm} distinct={} {mode} concurrency={} connections={}: {:.0} decisions/s, p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us, over_limit {:.1}%, errors {}{cpu}{calls}",
+            self.backend.name(),
+            args.distinct,
+            args.concurrency,
+            args.connections,
+            self.per_sec,
+            self.p50_us,
+            self.p99_us,
+            self.p999_us,
+            self.over_pct,
+            self.errors,
+        )
+    }
+}
+
+/// One run of `backend` at `addr`: closed loop, or open loop at `rate`.
+fn measure(
+    args: &Args,
+    client_rt: &tokio::runtime::Runtime,
+    backend: Backend,
+    addr: SocketAddr,
+    rate: Option<f64>,
+    redis: Option<&RedisStats>,
+) -> Result<Measured, Box<dyn std::error::Error>> {
+    let redis = redis.filter(|_| matches!(backend, Backend::Redis | Backend::Hybrid));
+    let calls_before = redis.map(RedisStats::script_calls).transpose()?;
+    let cpu_before = Cpu::now();
+    let (mut m, sent) = client_rt.block_on(run(args, addr, rate))?;
+    m.backend = backend;
+    if let (Some(a), Some(b)) = (cpu_before, Cpu::now()) {
+        if sent > 0 {
+            let per = |secs: f64| secs * 1e6 / sent as f64;
+            m.client_us = Some(per(b.client - a.client));
+            // With --addr the server is another process.
+            if args.addr.is_none() {
+                m.server_us = Some(per((b.process - b.client) - (a.process - a.client)));
+            }
+        }
+    }
+    if let (Some(r), Some(before)) = (redis, calls_before) {
+        let calls = r.script_calls()?.saturating_sub(before);
+        m.redis_calls = Some((calls as f64 / sent.max(1) as f64, calls));
+    }
+    Ok(m)
+}
+
+/// The median (0 when empty).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// "met" or "missed".
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+/// The summary: each backend's medians over the rounds, then the target rows
+/// (ratios are the medians of each round's ratio, the backends of a round
+/// having run back to back).
+fn summary(args: &Args, closed: &[Vec<Measured>], open: &[Measured]) -> String {
+    let mut out = format!(
+        "summary: {} round(s) of {} s, distinct={} concurrency={} connections={}, medians\n",
+        args.rounds, args.seconds, args.distinct, args.concurrency, args.connections
+    );
+    out += "  backend  decisions/s  server us/decision  client us/decision  p99 us  script calls/decision\n";
+    let opt = |v: Option<f64>, digits: usize| {
+        v.map_or_else(|| "-".to_owned(), |x| format!("{x:.digits$}"))
+    };
+    let all_some = |runs: &[Measured], f: fn(&Measured) -> Option<f64>| -> Option<f64> {
+        let v: Option<Vec<f64>> = runs.iter().map(f).collect();
+        v.map(|v| median(v.into_iter()))
+    };
+    for runs in closed {
+        let Some(first) = runs.first() else { continue };
+        out += &format!(
+            "  {:<7}  {:>11.0}  {:>18}  {:>18}  {:>6.0}  {:>21}\n",
+            first.backend.name(),
+            median(runs.iter().map(|m| m.per_sec)),
+            opt(all_some(runs, |m| m.server_us), 1),
+            opt(all_some(runs, |m| m.client_us), 1),
+            median(runs.iter().map(|m| m.p99_us)),
+            opt(all_some(runs, |m| m.redis_calls.map(|c| c.0)), 3),
+        );
+    }
+    let runs_of = |b: Backend| {
+        closed
+            .iter()
+            .find(|r| r.first().is_some_and(|m| m.backend == b))
+    };
+    // The median over rounds of `f(ours) / f(anchor)`, paired by round.
+    let ratio = |ours: &[Measured], anchor: &[Measured], f: fn(&Measured) -> Option<f64>| {
+        let v: Option<Vec<f64>> = ours
+            .iter()
+            .zip(anchor)
+            .map(|(o, a)| Some(f(o)? / f(a)?))
+            .collect();
+        v.map(|v| median(v.into_iter()))
+    };
+    let mut rows = Vec::new();
+    if let (Some(local), Some(floor)) = (runs_of(Backend::Local), runs_of(Backend::Floor)) {
+        if let Some(r) = ratio(local, floor, |m| Some(m.per_sec)) {
+            rows.push(format!(
+                "local / floor decisions/s: {r:.2} (target >= 0.8): {}",
+                verdict(r >= 0.8)
+            ));
+        }
+        if let Some(r) = ratio(local, floor, |m| m.server_us) {
+            rows.push(format!(
+                "local / floor server CPU per decision: {r:.2} (target <= 1.25): {}",
+                verdict(r <= 1.25)
+            ));
+        }
+    }
+    for (b, target) in [(Backend::Redis, 0.5), (Backend::Hybrid, 0.9)] {
+        if let (Some(ours), Some(local)) = (runs_of(b), runs_of(Backend::Local)) {
+            if let Some(r) = ratio(ours, local, |m| Some(m.per_sec)) {
+                rows.push(format!(
+                    "{} / local decisions/s: {r:.2} (target >= {target}): {}",
+                    b.name(),
+                    verdict(r >= target)
+                ));
+            }
+        }
+    }
+    if let Some(hybrid) = runs_of(Backend::Hybrid) {
+        if let Some(calls) = all_some(hybrid, |m| m.redis_calls.map(|c| c.0)) {
+            let local = 100.0 * (1.0 - calls);
+            rows.push(format!(
+                "hybrid decisions without a round trip: {local:.1}% (target >= 90%): {}",
+                verdict(local >= 90.0)
+            ));
+        }
+    }
+    for m in open {
+        let rate = m.rate.unwrap_or(0.0);
+        let row = format!(
+            "{} open loop at {rate:.0}/s (half local's closed loop): p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us",
+            m.backend.name(),
+            m.p50_us,
+            m.p99_us,
+            m.p999_us
+        );
+        rows.push(if m.backend == Backend::Local {
+            format!(
+                "{row} (target p99 <= 1000 us): {}",
+                verdict(m.p99_us <= 1000.0)
+            )
+        } else {
+            row
+        });
+    }
+    if !rows.is_empty() {
+        out += "targets:\n";
+        for r in rows {
+            out += &format!("  {r}\n");
+        }
+    }
+    out
+}
+
+/// CPU seconds (user + system) of this process, and of its client threads.
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    process: f64,
+    client: f64,
+}
+
+impl Cpu {
+    /// Now, from Linux's `/proc` (`None` elsewhere).
+    fn now() -> Option<Cpu> {
+        let (_, process) = proc_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+        let main = std::process::id().to_string();
+        let mut client = 0.0;
+        for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            // A thread that ended between the listing and the read is skipped.
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+                continue;
+            };
+            let Some((name, secs)) = proc_stat(&stat) else {
+                continue;
+            };
+            if name.starts_with(CLIENT_THREADS) || task.file_name().to_str() == Some(&main) {
+                client += secs;
+            }
+        }
+        Some(Cpu { process, client })
+    }
+}
+
+/// The name and user + system CPU seconds of a `/proc/.../stat` line (USER_HZ = 100).
+fn proc_stat(stat: &str) -> Option<(&str, f64)> {
+    // The name is in parentheses and may itself contain spaces or parentheses.
+    let name = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((name, (utime + stime) / 100.0))
 }
 
 /// The Redis server of a `redis`/`hybrid` run, asked for its script call counts
@@ -228,14 +562,71 @@ impl RedisStats {
     }
 }
 
-/// The in-process server's runtime and the sender whose drop stops it.
+/// An in-process server's runtime and the sender whose drop stops it.
 type InProcess = (tokio::runtime::Runtime, tokio::sync::oneshot::Sender<()>);
 
-/// The in-process server: its own runtime, stopped when the returned sender drops.
-fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::error::Error>> {
-    let dir = std::env::temp_dir().join(format!("sluicegate-loadgen-{}", std::process::id()));
+/// A runtime of `threads` workers for an in-process server (its threads named
+/// `loadgen-<name>`: not the client's).
+fn server_runtime(threads: usize, name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(format!("loadgen-{name}"))
+        .enable_all()
+        .build()
+}
+
+/// The gRPC floor: every `ShouldRateLimit` answered with the same OK, whatever
+/// it asks (no validation, no limit, no metrics).
+#[derive(Debug, Clone, Copy, Default)]
+struct Floor;
+
+#[tonic::async_trait]
+impl RateLimitService for Floor {
+    async fn should_rate_limit(
+        &self,
+        _request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            ..Default::default()
+        }))
+    }
+}
+
+/// The floor server on 127.0.0.1: a minimal tonic server (its defaults, plus
+/// `TCP_NODELAY` on each connection as the client sets it) on its own runtime.
+fn start_floor(threads: usize) -> Result<(SocketAddr, InProcess), Box<dyn std::error::Error>> {
+    let rt = server_runtime(threads, "floor")?;
+    let incoming = {
+        let _in_runtime = rt.enter();
+        tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse()?)?
+            .with_nodelay(Some(true))
+    };
+    let addr = incoming.local_addr()?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    rt.spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Floor))
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = rx.await;
+            }),
+    );
+    Ok((addr, (rt, tx)))
+}
+
+/// The in-process sluicegate-server of `backend`: its own runtime, stopped when
+/// the returned sender drops.
+fn start_server(
+    args: &Args,
+    backend: Backend,
+) -> Result<(SocketAddr, InProcess), Box<dyn std::error::Error>> {
+    let dir = std::env::temp_dir().join(format!(
+        "sluicegate-loadgen-{}-{}",
+        std::process::id(),
+        backend.name()
+    ));
     std::fs::create_dir_all(&dir)?;
-    match (args.backend, &args.redis) {
+    match (backend, &args.redis) {
         (Backend::Local, _) if args.algorithm.is_some() => {
             // The same rule as redis/hybrid's below, on the local backend.
             let toml = format!(
@@ -266,11 +657,7 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
                 args.algorithm
                     .unwrap_or(sluicegate::Kind::FixedWindow)
                     .name(),
-                if args.backend == Backend::Redis {
-                    "redis"
-                } else {
-                    "hybrid"
-                },
+                backend.name(),
             );
             std::fs::write(dir.join("bench.toml"), toml)?;
         }
@@ -292,17 +679,15 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
         },
         ..Default::default()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.server_threads)
-        .enable_all()
-        .build()?;
-    let bound = rt.block_on(sluicegate_server::Bound::bind(config))?;
+    let rt = server_runtime(args.server_threads, "server")?;
+    let bound = rt.block_on(sluicegate_server::Bound::bind(config));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bound = bound?;
     let addr = bound.grpc_addr()?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     rt.spawn(bound.serve(async move {
         let _ = rx.await;
     }));
-    let _ = std::fs::remove_dir_all(&dir);
     Ok((addr, (rt, tx)))
 }
 
@@ -310,17 +695,6 @@ fn start_server(args: &Args) -> Result<(SocketAddr, InProcess), Box<dyn std::err
 fn percentile_us(sorted: &[u64], p: f64) -> f64 {
     let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
     sorted.get(i).copied().unwrap_or(0) as f64 / 1000.0
-}
-
-/// User + system CPU seconds of this process (Linux `/proc`, USER_HZ = 100).
-fn process_cpu_secs() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may contain spaces) start at `) `.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
 }
 
 fn request(value: u64) -> RateLimitRequest {
@@ -345,8 +719,14 @@ struct TaskResult {
     errors: u64,
 }
 
-/// The report line and the number of requests sent (warm-up included).
-async fn run(args: &Args, addr: SocketAddr) -> Result<(String, u64), Box<dyn std::error::Error>> {
+/// One run against `addr` (open loop at `rate`, else closed), and the number
+/// of requests sent (warm-up included). The CPU and Redis figures are the
+/// caller's to fill in.
+async fn run(
+    args: &Args,
+    addr: SocketAddr,
+    rate: Option<f64>,
+) -> Result<(Measured, u64), Box<dyn std::error::Error>> {
     let mut channels = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         channels.push(
@@ -359,9 +739,7 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<(String, u64), Box<dyn std
     let warmup = Duration::from_millis(500);
     let measure = Duration::from_secs_f64(args.seconds);
     let start = Instant::now() + Duration::from_millis(50);
-    let per_task_interval = args
-        .rate
-        .map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
+    let per_task_interval = rate.map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
     let mut tasks = Vec::with_capacity(args.concurrency);
     for t in 0..args.concurrency {
         let mut client = RateLimitServiceClient::new(channels[t % channels.len()].clone());
@@ -429,26 +807,198 @@ async fn run(args: &Args, addr: SocketAddr) -> Result<(String, u64), Box<dyn std
     lag.sort_unstable();
     let n = all.len() as u64;
     let pct = |p: f64| percentile_us(&all, p);
-    let mode = args.rate.map_or_else(
-        || "closed loop".to_owned(),
-        |r| {
-            format!(
-                "open loop {r:.0}/s (send lag p50 {:.0} us, p99 {:.0} us)",
-                percentile_us(&lag, 0.5),
-                percentile_us(&lag, 0.99)
-            )
-        },
-    );
-    let line = format!(
-        "distinct={} {mode} concurrency={} connections={}: {:.0} decisions/s, p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us, over_limit {:.1}%, errors {errors}",
-        args.distinct,
-        args.concurrency,
-        args.connections,
-        n as f64 / measure.as_secs_f64(),
-        pct(0.50),
-        pct(0.99),
-        pct(0.999),
-        100.0 * over as f64 / n.max(1) as f64,
-    );
-    Ok((line, sent))
+    let measured = Measured {
+        backend: Backend::Local,
+        rate,
+        per_sec: n as f64 / measure.as_secs_f64(),
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
+        lag_us: rate.map(|_| (percentile_us(&lag, 0.5), percentile_us(&lag, 0.99))),
+        over_pct: 100.0 * over as f64 / n.max(1) as f64,
+        errors,
+        client_us: None,
+        server_us: None,
+        redis_calls: None,
+    };
+    Ok((measured, sent))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<Args, String> {
+        let args = Args::try_parse_from(std::iter::once("loadgen").chain(flags.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        validate(&args)?;
+        Ok(args)
+    }
+
+    #[test]
+    fn flags_list_backends_and_refuse_what_cannot_run() {
+        let a = parse(&[
+            "--backend",
+            "floor,local,hybrid",
+            "--redis",
+            "redis://127.0.0.1:1",
+        ])
+        .expect("a list of backends");
+        assert_eq!(a.backend, [Backend::Floor, Backend::Local, Backend::Hybrid]);
+        assert_eq!(parse(&[]).expect("defaults").backend, [Backend::Local]);
+        for (flags, why) in [
+            (&["--backend", "local,local"][..], "twice"),
+            (&["--backend", "floor,redis"], "needs --redis"),
+            (&["--redis", "redis://127.0.0.1:1"], "needs --backend"),
+            (
+                &["--addr", "127.0.0.1:1", "--backend", "floor"],
+                "not with --addr",
+            ),
+            (&["--rounds", "0"], "must be positive"),
+            (&["--rate", "0"], "--rate"),
+            (
+                &["--rate", "100", "--open-loop-half"],
+                "cannot be used with",
+            ),
+        ] {
+            let e = parse(flags).expect_err(why);
+            assert!(e.contains(why), "{flags:?}: {e}");
+        }
+        parse(&["--addr", "127.0.0.1:1"]).expect("--addr with the default backend");
+    }
+
+    /// What the floor says whatever it is asked: the constant OK.
+    #[test]
+    fn floor_answers_every_request_with_the_same_ok() {
+        let (addr, server) = start_floor(1).expect("floor");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let channel = Channel::from_shared(format!("http://{addr}"))
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect");
+            let mut client = RateLimitServiceClient::new(channel);
+            let expected = RateLimitResponse {
+                overall_code: Code::Ok as i32,
+                ..Default::default()
+            };
+            // A real server refuses the empty ones and limits the huge hits.
+            let huge = RateLimitRequest {
+                hits_addend: u32::MAX,
+                ..request(7)
+            };
+            for req in [request(1), request(1), RateLimitRequest::default(), huge] {
+                let got = client.should_rate_limit(req).await.expect("answer");
+                assert_eq!(got.into_inner(), expected);
+            }
+        });
+        drop(server);
+    }
+
+    fn run_of(backend: Backend, per_sec: f64, server_us: f64, p99_us: f64) -> Measured {
+        Measured {
+            backend,
+            rate: None,
+            per_sec,
+            p50_us: p99_us / 2.0,
+            p99_us,
+            p999_us: p99_us * 2.0,
+            lag_us: None,
+            over_pct: 0.0,
+            errors: 0,
+            client_us: Some(10.0),
+            server_us: Some(server_us),
+            redis_calls: None,
+        }
+    }
+
+    #[test]
+    fn summary_pairs_rounds_and_says_which_targets_are_met() {
+        let args = parse(&["--backend", "floor,local", "--rounds", "3"]).expect("flags");
+        // Round by round, local makes 0.9, 0.7 and 0.85 of the floor: median 0.85.
+        let floor = vec![
+            run_of(Backend::Floor, 1000.0, 10.0, 500.0),
+            run_of(Backend::Floor, 2000.0, 10.0, 500.0),
+            run_of(Backend::Floor, 1000.0, 10.0, 500.0),
+        ];
+        let local = vec![
+            run_of(Backend::Local, 900.0, 14.0, 600.0),
+            run_of(Backend::Local, 1400.0, 13.0, 600.0),
+            run_of(Backend::Local, 850.0, 12.0, 600.0),
+        ];
+        let mut open_local = run_of(Backend::Local, 450.0, 12.0, 1500.0);
+        open_local.rate = Some(450.0);
+        let text = summary(&args, &[floor, local], &[open_local]);
+        assert!(
+            text.contains("local / floor decisions/s: 0.85 (target >= 0.8): met"),
+            "{text}"
+        );
+        assert!(
+            text.contains("local / floor server CPU per decision: 1.30 (target <= 1.25): MISSED"),
+            "{text}"
+        );
+        assert!(
+            text.contains("local open loop at 450/s")
+                && text.contains("p99 1500 us, p99.9 3000 us (target p99 <= 1000 us): MISSED"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn proc_stat_reads_names_with_spaces_and_parentheses() {
+        let line = "42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0";
+        assert_eq!(proc_stat(line), Some(("a (b) c", 3.0)));
+        assert_eq!(proc_stat("42 (x) S 1"), None);
+    }
+
+    /// Burns CPU on a thread named `name` until it has used `secs` of it; the
+    /// thread then lives (its CPU counted in `/proc/self/task`) until the
+    /// returned sender is dropped.
+    fn burn(name: &str, secs: f64) -> std::sync::mpsc::Sender<()> {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (exit_tx, exit_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut x = 0u64;
+                while Instant::now() < deadline {
+                    for i in 0..100_000u64 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                    }
+                    let s = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
+                    if proc_stat(&s).expect("parse").1 >= secs {
+                        break;
+                    }
+                }
+                let _ = done_tx.send(());
+                let _ = exit_rx.recv();
+            })
+            .expect("spawn");
+        done_rx
+            .recv_timeout(Duration::from_secs(90))
+            .expect("the burning thread ended");
+        exit_tx
+    }
+
+    #[test]
+    fn cpu_of_client_threads_is_told_from_the_rest() {
+        let before = Cpu::now().expect("/proc");
+        let client = burn(&format!("{CLIENT_THREADS}-test"), 0.3);
+        let mid = Cpu::now().expect("/proc");
+        assert!(mid.client - before.client >= 0.29, "{before:?} {mid:?}");
+        let server = burn("loadgen-server", 0.3);
+        let after = Cpu::now().expect("/proc");
+        drop((client, server));
+        // Other tests' threads may add to the server's share, never the client's.
+        assert!(after.client - mid.client < 0.1, "{mid:?} {after:?}");
+        assert!(
+            (after.process - after.client) - (mid.process - mid.client) >= 0.29,
+            "{mid:?} {after:?}"
+        );
+    }
 }

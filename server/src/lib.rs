@@ -21,6 +21,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod admin;
+mod coalesce;
 mod config;
 mod limit;
 mod metrics;

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt as _;
 
 use crate::admin::Tokens;
+use crate::coalesce::Coalesced;
 use crate::config::{build_rules, read_sources, Config, ConfigError};
 use crate::rule_set::{DomainRules, RuleSet, TableSettings};
 use crate::service::{RateLimiter, Shared};
@@ -248,7 +249,7 @@ impl Bound {
         ));
         let mut grpc_stop = stop_rx.clone();
         let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx)
-            .map(|(conn, _)| Ok::<_, std::io::Error>(conn));
+            .map(|(conn, _)| Ok::<_, std::io::Error>(Coalesced::new(conn)));
         let grpc_task = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(health_service)
