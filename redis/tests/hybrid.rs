@@ -551,3 +551,69 @@ async fn the_key_map_holds_at_most_max_keys() {
         assert!(h.check("k0").await.unwrap().decision.allowed);
     }
 }
+
+/// 16 checks of `key` at once; the round trips they made.
+async fn sixteen_at_once(h: &HybridLimiter, key: &str) -> u64 {
+    let before = h.stats().round_trips;
+    let checks: Vec<_> = (0..16)
+        .map(|_| {
+            let h = h.clone();
+            let key = key.to_owned();
+            tokio::spawn(async move { h.check(&key).await.unwrap() })
+        })
+        .collect();
+    for c in checks {
+        assert!(c.await.unwrap().decision.allowed);
+    }
+    h.stats().round_trips - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_of_a_quiet_key_share_one_lease() {
+    // A key gone quiet has no rate to size its lease by: the checks waiting for
+    // its flight are counted into it, instead of each leasing its own unit in
+    // turn (16 round trips one after another).
+    for alg in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
+        let limit = Limit::new(alg, Quota::per_second(1000)).unwrap();
+        let hc = HybridConfig {
+            lease_ttl: Duration::from_millis(20),
+            ..HybridConfig::default()
+        };
+        let h = hybrid(&common::fresh("quiet"), limit, hc);
+        let mut worst = 0;
+        for _ in 0..3 {
+            worst = worst.max(sixteen_at_once(&h, "k").await);
+            // Quiet for longer than two TTLs, and into the next window.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        eprintln!("{alg:?}: at most {worst} round trips for 16 checks at once");
+        assert!(
+            worst <= 6,
+            "{alg:?}: {worst} round trips for 16 checks at once"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_key_at_a_steady_rate_makes_one_round_trip_per_ttl() {
+    // 40 checks a second for 3 s with a 250 ms TTL: 10 checks per lease life,
+    // so at the floor (one round trip per TTL: the check at the expiry's tick)
+    // 12 round trips, plus 2 or 3 to learn the rate: 14 or 15 were seen. A
+    // lease sized at the mean rate, read low across the gap after each expiry,
+    // runs out before its TTL: 17 were seen that way.
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1000)).unwrap();
+    let hc = HybridConfig {
+        lease_ttl: Duration::from_millis(250),
+        ..HybridConfig::default()
+    };
+    let h = hybrid(&common::fresh("floor"), limit, hc);
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for _ in 0..120 {
+        tick.tick().await;
+        assert!(h.check("k").await.unwrap().decision.allowed);
+    }
+    let trips = h.stats().round_trips;
+    eprintln!("40/s for 3 s, TTL 250 ms: {trips} round trips");
+    assert!(trips <= 15, "{trips} round trips: more than one per TTL");
+}

@@ -21,9 +21,11 @@ pub(crate) const UNITS: u64 = u32::MAX as u64;
 /// A window lease expires `1/2^DRIFT_SHIFT` of its time early: room for NTP's
 /// slew (at most 500 ppm) of each of the two clocks.
 const DRIFT_SHIFT: u32 = 9;
-/// A window lease asks for this much of the key's expected demand in the rest
-/// of the window.
-const WINDOW_HEADROOM: f64 = 1.25;
+/// A lease asks for this much of the key's expected demand over its life (a
+/// bucket's TTL, the rest of a window): room for a rate that wavers, so that a
+/// key at a steady rate makes its one round trip per lease life and not one
+/// and a bit (a lease sized at the mean runs out early about half the time).
+const HEADROOM: f64 = 1.25;
 
 /// One key's local state. Everything a lease hit reads is here, next to the lease
 /// word it writes: one cache line moves per hit.
@@ -51,6 +53,10 @@ pub(crate) struct Entry {
     /// written by the key's flight only.
     pub(crate) rate: AtomicU64,
     pub(crate) flight: tokio::sync::Mutex<()>,
+    /// Units asked for by the checks of the key waiting for its flight: the
+    /// flight's lease holds them too, so that concurrent checks of a key new
+    /// or gone quiet make one round trip, not one each in turn.
+    pub(crate) waiting: AtomicU64,
     /// Round trips of this key that failed (Redis unavailable).
     pub(crate) failures: AtomicU64,
 }
@@ -98,10 +104,12 @@ impl HybridLimiter {
     /// key's circuit is not closed (the other check is the half-open probe: only
     /// it waits), when the wait would pass the timeout + connect timeout bound,
     /// or when the round trip it waited for failed (no queue of timeouts).
+    /// While it waits, its `n` units count in the key's `waiting`.
     pub(super) async fn join_flight<'e>(
         &self,
         e: &'e Entry,
         key: &str,
+        n: u64,
     ) -> Option<tokio::sync::MutexGuard<'e, ()>> {
         if let Ok(g) = e.flight.try_lock() {
             return Some(g);
@@ -113,6 +121,9 @@ impl HybridLimiter {
         let failures = e.failures.load(Ordering::Acquire);
         let link = &remote.inner.link;
         let bound = link.timeout() + link.connect_timeout();
+        // Counted until this check holds the flight or gives up (its future
+        // dropped included).
+        let _waiting = Waiting::new(&e.waiting, n);
         let g = tokio::time::timeout(bound, e.flight.lock()).await.ok()?;
         (e.failures.load(Ordering::Acquire) == failures).then_some(g)
     }
@@ -193,7 +204,11 @@ impl HybridLimiter {
         inner.counters.round_trip();
         // Before the request is sent: Redis decides at or after this instant.
         let t0 = inner.now();
-        let batch = self.batch_size(e, n, t0);
+        // The checks waiting for this flight are served by its lease too.
+        let waiting = e.waiting.load(Ordering::Acquire);
+        let batch = self
+            .batch_size(e, n, t0)
+            .max(n.saturating_add(waiting).min(inner.max_batch));
         let r = match self.lease_batched(key, batch).await {
             Ok(r) => r,
             Err(err) if err.is_unavailable() => {
@@ -294,31 +309,43 @@ impl HybridLimiter {
         }
         let left = e.lease.load(Ordering::Relaxed) & UNITS;
         let spent = e.leased.load(Ordering::Relaxed).saturating_sub(left);
+        // A bucket lease's units were spent while it lasted (its TTL): a check
+        // that comes soon after it expired does not stretch the sample by its
+        // gap (at a steady rate that read half a check's gap per lease low);
+        // one that comes after more than a TTL again is a key gone quiet. (A
+        // window lease lasts until its window's end, however little is left:
+        // its samples run from lease to lease.)
         let elapsed = now.saturating_sub(last).max(1);
-        let rate = self.observe(e, spent, elapsed);
-        let want = if inner.window_ns == 0 {
-            rate * nanos(inner.cfg.lease_ttl) as f64 / 1e9
+        let lasted = e.expires.load(Ordering::Relaxed).saturating_sub(last);
+        let span =
+            if inner.window_ns == 0 && elapsed > lasted && elapsed <= lasted.saturating_mul(2) {
+                lasted.max(1)
+            } else {
+                elapsed
+            };
+        let rate = self.observe(e, spent, span, elapsed);
+        let life = if inner.window_ns == 0 {
+            nanos(inner.cfg.lease_ttl)
         } else {
             // A window's units are charged to it whenever they are spent, and
             // expire with it: lease what the key is expected to spend before
-            // the window ends (Redis time estimated late: the time left, low),
-            // with a quarter more for a rate that wavers (what is left over
-            // only lowers this window's admissions elsewhere).
+            // the window ends (Redis time estimated late: the time left, low).
             let redis_now = now.saturating_add(e.offset.load(Ordering::Relaxed));
-            let left = inner.window_ns - redis_now % inner.window_ns;
-            rate * left as f64 / 1e9 * WINDOW_HEADROOM
-        }
-        .ceil();
+            inner.window_ns - redis_now % inner.window_ns
+        };
+        // A quarter more (`HEADROOM`): what is left over when the lease ends
+        // only lowers the key's admissions elsewhere, never raises any.
+        let want = (rate * life as f64 / 1e9 * HEADROOM).ceil();
         // `as` saturates a float (and maps NaN to 0).
         (n - 1).saturating_add(want as u64).clamp(n, max)
     }
 
-    /// Folds one sample, `spent` units over `elapsed` ns since the last lease,
-    /// into `e`'s rate: an average over about `horizon` (the sample weighs
-    /// `1 − e^(−elapsed/horizon)`; the first one is taken as it is). The rate
-    /// in units per second.
-    fn observe(&self, e: &Entry, spent: u64, elapsed: u64) -> f64 {
-        let sample = spent as f64 * 1e9 / elapsed as f64;
+    /// Folds one sample, `spent` units over `span` ns of the last lease's life,
+    /// `elapsed` ns since it was taken, into `e`'s rate: an average over about
+    /// `horizon` (the sample weighs `1 − e^(−elapsed/horizon)`; the first one
+    /// is taken as it is). The rate in units per second.
+    fn observe(&self, e: &Entry, spent: u64, span: u64, elapsed: u64) -> f64 {
+        let sample = spent as f64 * 1e9 / span as f64;
         let old = f64::from_bits(e.rate.load(Ordering::Relaxed));
         let horizon = nanos(self.inner.cfg.horizon).max(1) as f64;
         let rate = if old > 0.0 {
@@ -334,4 +361,21 @@ impl HybridLimiter {
 
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Units a check adds to its key's [`Entry::waiting`] while it waits for the
+/// key's flight, taken back when dropped.
+struct Waiting<'e>(&'e AtomicU64, u64);
+
+impl<'e> Waiting<'e> {
+    fn new(count: &'e AtomicU64, n: u64) -> Self {
+        count.fetch_add(n, Ordering::AcqRel);
+        Self(count, n)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::AcqRel);
+    }
 }
