@@ -58,6 +58,7 @@ pub mod blocking;
 mod breaker;
 mod coalesce;
 mod conn;
+mod direct;
 mod error;
 pub mod hybrid;
 mod limit;

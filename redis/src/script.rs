@@ -8,6 +8,7 @@ use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 use sluicegate::{FixedParams, GcraParams, Kind, Quota};
 
 use crate::conn::Conn;
+use crate::direct::DirectConn;
 use crate::error::{ConfigError, Error};
 
 /// The GCRA script: token bucket, leaky bucket meter, shaper reservation and lease.
@@ -292,11 +293,25 @@ impl Scripts {
     ) -> RedisResult<Value> {
         let sha = build("EVALSHA", s.sha.as_bytes(), key, &args);
         match conn.query(&sha).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            Err(e) if no_script(&e) => {
                 // EVAL also caches the script, so the next call is an EVALSHA again.
                 let eval = build("EVAL", s.source.as_bytes(), key, &args);
                 conn.query(&eval).await
             }
+            other => other,
+        }
+    }
+
+    /// [`Self::invoke`] on a pooled connection, driven by the calling thread
+    /// ([`crate::direct`]): the same commands, `EVAL` only on `NOSCRIPT`.
+    pub(crate) fn invoke_direct(
+        &self,
+        conn: &mut DirectConn,
+        key: &str,
+        args: impl Fn(&mut Cmd),
+    ) -> RedisResult<Value> {
+        match conn.query(&self.command(false, key, &args)) {
+            Err(e) if no_script(&e) => conn.query(&self.command(true, key, &args)),
             other => other,
         }
     }
@@ -310,6 +325,12 @@ impl Scripts {
             build("EVALSHA", s.sha.as_bytes(), key, &args)
         }
     }
+}
+
+/// Whether the server answered `NOSCRIPT`: the script did not run, so sending
+/// it as `EVAL` cannot charge twice.
+pub(crate) fn no_script(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 fn build(verb: &str, body: &[u8], key: &str, args: &impl Fn(&mut Cmd)) -> Cmd {
