@@ -21,7 +21,7 @@
 //! in full (a timeout, a broken stream) is closed, never reused; a failure that
 //! drops the multiplexed connection drops the idle pooled ones too.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use core::time::Duration;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
@@ -90,6 +90,9 @@ pub(crate) struct Pool {
     open: AtomicUsize,
     /// Bumped to close every connection opened before.
     generation: AtomicU64,
+    /// The process the connections belong to: a forked child must not write to
+    /// its parent's sockets (see [`Self::take`]).
+    pid: AtomicU32,
     /// One connection attempt at a time (see `Link::direct_open`).
     pub(crate) connecting: Mutex<()>,
     /// Script calls made on a pooled connection.
@@ -114,6 +117,7 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             open: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
+            pid: AtomicU32::new(std::process::id()),
             connecting: Mutex::new(()),
             calls: AtomicU64::new(0),
         }
@@ -125,9 +129,23 @@ impl Pool {
         if self.bound == 0 {
             return None;
         }
-        if let Some(c) = self.lock_idle().pop() {
+        let mut idle = self.lock_idle();
+        let pid = std::process::id();
+        if self.pid.load(Ordering::Relaxed) != pid {
+            // A forked child (gunicorn's workers after a `--preload` master used
+            // the limiter): its parent's connections are the parent's, and a
+            // reply read here would be missing there. Closing this process's
+            // copy of their sockets leaves the parent's open; the calls the
+            // parent had in flight have no thread here to give theirs back.
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            idle.clear();
+            self.open.store(0, Ordering::Release);
+            self.pid.store(pid, Ordering::Relaxed);
+        }
+        if let Some(c) = idle.pop() {
             return Some(Taken::Idle(c));
         }
+        drop(idle);
         self.open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.bound).then_some(n + 1)
@@ -146,7 +164,11 @@ impl Pool {
 
     /// Frees a slot whose connection was never opened, or was closed.
     pub(crate) fn release(&self) {
-        self.open.fetch_sub(1, Ordering::AcqRel);
+        // Never below 0 (a connection of the parent's, counted before a fork's
+        // reset, cannot be given back in the child, but be sure).
+        let _ = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 
     /// Opens a connection for a slot (the caller holds `connecting`), with the

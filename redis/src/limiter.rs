@@ -315,7 +315,11 @@ impl RedisLimiter {
     /// ```
     pub fn stats(&self) -> RedisStats {
         let i = &self.inner;
-        let direct = i.link.direct.calls.load(core::sync::atomic::Ordering::Relaxed);
+        let direct = i
+            .link
+            .direct
+            .calls
+            .load(core::sync::atomic::Ordering::Relaxed);
         i.counters.snapshot(i.link.times_opened(), direct)
     }
 
@@ -500,14 +504,24 @@ impl RedisLimiter {
     /// (the pool has no connection to give: a cluster, every one in use, or
     /// none configured; or a consuming check with per-key coalescing, whose
     /// flights run on the runtime), and the caller goes the async way.
-    pub(crate) fn run_direct(&self, key: &str, n: u64, mode: Mode) -> Option<Result<Verdict, Error>> {
+    pub(crate) fn run_direct(
+        &self,
+        key: &str,
+        n: u64,
+        mode: Mode,
+    ) -> Option<Result<Verdict, Error>> {
         let r = self.call_direct(key, n, mode)?;
         Some(self.answer(key, n, mode != Mode::Peek, r))
     }
 
     /// [`Self::call`] (or a consuming check's [`Self::consume`]) driven by the
     /// calling thread on a pooled connection; `None` as for [`Self::run_direct`].
-    pub(crate) fn call_direct(&self, key: &str, n: u64, mode: Mode) -> Option<Result<Reply, Error>> {
+    pub(crate) fn call_direct(
+        &self,
+        key: &str,
+        n: u64,
+        mode: Mode,
+    ) -> Option<Result<Reply, Error>> {
         if mode == Mode::Consume && self.inner.cfg.coalesce.is_some() {
             return None;
         }

@@ -255,7 +255,11 @@ fn until(rl: &blocking::RedisLimiter, want: Source, within: Duration) -> (Durati
 fn kill_restart_and_pause_on_the_calling_thread() {
     let mut server = Server::start();
     let limit = Limit::from_quota(Kind::TokenBucket, Quota::per_second(1000).burst(1000)).unwrap();
-    let rl = limiter(&server, limit, fault_cfg(FailurePolicy::Local { share_percent: 50 }));
+    let rl = limiter(
+        &server,
+        limit,
+        fault_cfg(FailurePolicy::Local { share_percent: 50 }),
+    );
     // Connected first: a cold connect on a loaded machine may take longer than
     // the 25 ms connect timeout; the faults are tested, not the first connect.
     let warm = Instant::now();
@@ -388,13 +392,8 @@ fn connect_reports_misconfiguration() {
         assert!(rl.last_error().is_some(), "{what}");
     }
     let url = format!("redis://:s3cret@127.0.0.1:{port}");
-    let rl = blocking::RedisLimiter::new(
-        Backend::from_url(&url).unwrap(),
-        "cfg",
-        hourly(5),
-        cfg(),
-    )
-    .unwrap();
+    let rl = blocking::RedisLimiter::new(Backend::from_url(&url).unwrap(), "cfg", hourly(5), cfg())
+        .unwrap();
     rl.connect().unwrap();
     assert_eq!(rl.check("k").unwrap().source, Source::Redis);
     assert_eq!(rl.stats().direct_calls, 1);

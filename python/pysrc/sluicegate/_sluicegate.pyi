@@ -299,6 +299,7 @@ class RedisOptions:
         ssl_ca_certs: str | PathLike[str] | None = None,
         ssl_certfile: str | PathLike[str] | None = None,
         ssl_keyfile: str | PathLike[str] | None = None,
+        max_connections: int = 8,
     ) -> RedisOptions: ...
     @property
     def url(self) -> str: ...
@@ -308,6 +309,8 @@ class RedisOptions:
     def timeout(self) -> float: ...
     @property
     def failure_policy(self) -> _FailurePolicy: ...
+    @property
+    def max_connections(self) -> int: ...
 
 @disjoint_base
 class _RedisLimiter:
