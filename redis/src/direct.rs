@@ -23,16 +23,84 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use core::time::Duration;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
-use redis::{Cmd, ConnectionLike, RedisError, RedisResult, Value};
+use redis::{ConnectionAddr, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
 
 use crate::conn::Backend;
+use crate::resp::{self, Args, Encoder};
 
-/// A synchronous connection of the pool, and the read timeout its socket has.
+/// The socket under a pooled connection.
+enum Wire {
+    /// A plain TCP or Unix socket, written and read here ([`crate::resp`]).
+    Plain {
+        stream: Stream,
+        /// Bytes read and not yet parsed (a reply arrives in one read but
+        /// rarely).
+        input: Vec<u8>,
+    },
+    /// TLS (and a `protocol=resp3` URL): redis-rs's synchronous connection,
+    /// with its own rustls setup and parser.
+    Redis(redis::Connection),
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Stream {
+    fn set_timeouts(&self, t: Duration) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => {
+                s.set_read_timeout(Some(t))?;
+                s.set_write_timeout(Some(t))
+            }
+            #[cfg(unix)]
+            Self::Unix(s) => {
+                s.set_read_timeout(Some(t))?;
+                s.set_write_timeout(Some(t))
+            }
+        }
+    }
+
+    fn set_read_timeout(&self, t: Duration) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_read_timeout(Some(t)),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_read_timeout(Some(t)),
+        }
+    }
+
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.write_all(b),
+            #[cfg(unix)]
+            Self::Unix(s) => s.write_all(b),
+        }
+    }
+
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.read(b),
+            #[cfg(unix)]
+            Self::Unix(s) => s.read(b),
+        }
+    }
+}
+
+/// A connection of the pool, and the read timeout its socket has.
 pub(crate) struct DirectConn {
-    conn: redis::Connection,
+    wire: Wire,
+    /// False once a call broke it (an I/O error, a reply that does not parse):
+    /// it is closed, not put back.
+    open: bool,
+    /// The command being written.
+    encoder: Encoder,
     /// The pool's generation when it was opened: an older one is closed, not
     /// put back.
     generation: u64,
@@ -44,10 +112,125 @@ pub(crate) struct DirectConn {
 }
 
 impl DirectConn {
-    /// Sends `cmd` and reads its reply, within what is left of the call's
-    /// timeout (the socket's read and write timeouts are the whole timeout; a
-    /// second command of one call, `EVAL` after `NOSCRIPT`, gets what is left).
-    pub(crate) fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+    /// Opens a connection to the server of `client` within `connect` and
+    /// authenticates as redis-rs would (`AUTH [user] password`, again with the
+    /// password alone on a server older than ACLs, then `SELECT db`); its
+    /// socket's timeouts are then `timeout`. TLS and RESP3 go through redis-rs's
+    /// connection.
+    fn open(client: &redis::Client, connect: Duration, timeout: Duration) -> RedisResult<Self> {
+        let start = Instant::now();
+        let info = client.get_connection_info();
+        let plain = info.redis_settings().protocol() == redis::ProtocolVersion::RESP2;
+        let stream = match info.addr() {
+            ConnectionAddr::Tcp(host, port) if plain => Stream::Tcp(tcp(host, *port, connect)?),
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) if plain => {
+                Stream::Unix(std::os::unix::net::UnixStream::connect(path)?)
+            }
+            _ => {
+                let conn = client.get_connection_with_timeout(connect)?;
+                conn.set_read_timeout(Some(timeout))?;
+                conn.set_write_timeout(Some(timeout))?;
+                return Ok(Self::new(Wire::Redis(conn), timeout));
+            }
+        };
+        let left = connect.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        stream.set_timeouts(left)?;
+        let mut c = Self::new(
+            Wire::Plain {
+                stream,
+                input: Vec::new(),
+            },
+            left,
+        );
+        c.authenticate(info.redis_settings())?;
+        if let Wire::Plain { stream, .. } = &c.wire {
+            stream.set_timeouts(timeout)?;
+        }
+        c.read_timeout = timeout;
+        Ok(c)
+    }
+
+    fn new(wire: Wire, timeout: Duration) -> Self {
+        Self {
+            wire,
+            open: true,
+            encoder: Encoder::default(),
+            generation: 0,
+            read_timeout: timeout,
+            started: Instant::now(),
+            timeout,
+        }
+    }
+
+    /// The handshake of redis-rs's own connections (its `setup_connection`),
+    /// with the same errors.
+    fn authenticate(&mut self, info: &redis::RedisConnectionInfo) -> RedisResult<()> {
+        let failed = || {
+            RedisError::from((
+                ErrorKind::AuthenticationFailed,
+                "Password authentication failed",
+            ))
+        };
+        if let Some(password) = info.password() {
+            let user = info.username();
+            let r = self.exchange(|e| {
+                e.text(b"AUTH");
+                if let Some(u) = user {
+                    e.text(u.as_bytes());
+                }
+                e.text(password.as_bytes());
+            })?;
+            match r {
+                Value::Okay => {}
+                // A server older than ACLs (no user names): the password alone.
+                Value::ServerError(e)
+                    if user.is_some()
+                        && e.details().is_some_and(|d| {
+                            d.contains("wrong number of arguments for 'auth' command")
+                        }) =>
+                {
+                    let r = self.exchange(|e| {
+                        e.text(b"AUTH");
+                        e.text(password.as_bytes());
+                    })?;
+                    if r != Value::Okay {
+                        return Err(failed());
+                    }
+                }
+                _ => return Err(failed()),
+            }
+        }
+        if info.db() != 0 {
+            let db = info.db().to_string();
+            if let Value::ServerError(e) = self.exchange(|e| {
+                e.text(b"SELECT");
+                e.text(db.as_bytes());
+            })? {
+                let refused = "Redis server refused to switch database";
+                return Err(match e.details() {
+                    Some(d) => (
+                        redis::ServerErrorKind::ResponseError.into(),
+                        refused,
+                        d.to_owned(),
+                    )
+                        .into(),
+                    None => (redis::ServerErrorKind::ResponseError.into(), refused).into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the command `build` writes and reads its reply, an error reply
+    /// as an error (as redis-rs's `query` has it), within what is left of the
+    /// call's timeout (the socket's read and write timeouts are the whole
+    /// timeout; a second command of one call, `EVAL` after `NOSCRIPT`, gets
+    /// what is left).
+    pub(crate) fn request(&mut self, build: impl FnOnce(&mut Encoder)) -> RedisResult<Value> {
         let left = self.timeout.saturating_sub(self.started.elapsed());
         if left.is_zero() {
             return Err(timed_out());
@@ -55,11 +238,106 @@ impl DirectConn {
         // Only shortened for a command that started late in its call: a
         // syscall on the second command of a call, never on the first.
         if left + Duration::from_millis(1) < self.read_timeout {
-            self.conn.set_read_timeout(Some(left))?;
+            match &self.wire {
+                Wire::Plain { stream, .. } => stream.set_read_timeout(left)?,
+                Wire::Redis(c) => c.set_read_timeout(Some(left))?,
+            }
             self.read_timeout = left;
         }
-        cmd.query(&mut self.conn)
+        self.exchange(build)?.extract_error()
     }
+
+    /// Writes the command and reads one reply, as it is.
+    fn exchange(&mut self, build: impl FnOnce(&mut Encoder)) -> RedisResult<Value> {
+        self.encoder.clear();
+        build(&mut self.encoder);
+        let r = match &mut self.wire {
+            Wire::Plain { stream, input } => {
+                let packed = self.encoder.packed();
+                match stream.write_all(packed) {
+                    Ok(()) => read_reply(stream, input),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Wire::Redis(c) => c
+                .send_packed_command(self.encoder.packed())
+                .and_then(|()| c.recv_response()),
+        };
+        if r.is_err() {
+            self.open = false;
+        }
+        r
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+            && match &self.wire {
+                Wire::Plain { .. } => true,
+                Wire::Redis(c) => c.is_open(),
+            }
+    }
+}
+
+/// One reply from `stream`, whole. A reply that came in one read (nearly all
+/// of them) is parsed where it was read; a longer one is gathered in `input`.
+fn read_reply(stream: &mut Stream, input: &mut Vec<u8>) -> RedisResult<Value> {
+    input.clear();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            )));
+        }
+        let parsed = if input.is_empty() {
+            resp::parse(&buf[..n])?.map(|(v, used)| (v, used, n))
+        } else {
+            None
+        };
+        let (v, used, filled) = match parsed {
+            Some(p) => p,
+            None => {
+                input.extend_from_slice(&buf[..n]);
+                match resp::parse(input)? {
+                    Some((v, used)) => (v, used, input.len()),
+                    None => continue,
+                }
+            }
+        };
+        input.clear();
+        if used != filled {
+            // One command, one reply: anything more is not this protocol.
+            return Err(RedisError::from((
+                ErrorKind::Parse,
+                "invalid reply",
+                "more bytes than one reply".to_owned(),
+            )));
+        }
+        return Ok(v);
+    }
+}
+
+/// A TCP connection to `host:port` within `within` (each address it resolves
+/// to tried in turn), with `TCP_NODELAY`.
+fn tcp(host: &str, port: u16, within: Duration) -> RedisResult<TcpStream> {
+    let start = Instant::now();
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        let left = within.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.map_or_else(timed_out, RedisError::from))
 }
 
 fn timed_out() -> RedisError {
@@ -72,7 +350,7 @@ fn timed_out() -> RedisError {
 /// What [`Pool::take`] hands a caller: an idle connection, or a slot for one
 /// it opens (counted already, so the pool never passes its bound).
 pub(crate) enum Taken {
-    Idle(DirectConn),
+    Idle(Box<DirectConn>),
     Slot,
 }
 
@@ -85,7 +363,10 @@ pub(crate) struct Pool {
     bound: usize,
     timeout: Duration,
     connect_timeout: Duration,
-    idle: Mutex<Vec<DirectConn>>,
+    /// Boxed: a connection moves between the pool and its callers as a
+    /// pointer, not its 200-odd bytes.
+    #[allow(clippy::vec_box)]
+    idle: Mutex<Vec<Box<DirectConn>>>,
     /// Connections open or being opened (idle, in use, and reserved slots).
     open: AtomicUsize,
     /// Bumped to close every connection opened before.
@@ -173,7 +454,7 @@ impl Pool {
 
     /// Opens a connection for a slot (the caller holds `connecting`), with the
     /// limiter's timeouts on its socket.
-    pub(crate) fn open(&self) -> RedisResult<DirectConn> {
+    pub(crate) fn open(&self) -> RedisResult<Box<DirectConn>> {
         let client = self
             .client
             .get_or_init(|| {
@@ -187,16 +468,9 @@ impl Pool {
             .as_ref()
             .map_err(Clone::clone)?;
         let generation = self.generation.load(Ordering::Acquire);
-        let conn = client.get_connection_with_timeout(self.connect_timeout)?;
-        conn.set_read_timeout(Some(self.timeout))?;
-        conn.set_write_timeout(Some(self.timeout))?;
-        Ok(DirectConn {
-            conn,
-            generation,
-            read_timeout: self.timeout,
-            started: Instant::now(),
-            timeout: self.timeout,
-        })
+        let mut c = DirectConn::open(client, self.connect_timeout, self.timeout)?;
+        c.generation = generation;
+        Ok(Box::new(c))
     }
 
     /// Starts a call on `c`: its timeout runs from now.
@@ -207,12 +481,16 @@ impl Pool {
 
     /// Puts `c` back for the next caller, unless it is of an older generation
     /// or closed; a shortened read timeout is restored first.
-    pub(crate) fn put(&self, mut c: DirectConn) {
-        if c.generation != self.generation.load(Ordering::Acquire) || !c.conn.is_open() {
+    pub(crate) fn put(&self, mut c: Box<DirectConn>) {
+        if c.generation != self.generation.load(Ordering::Acquire) || !c.is_open() {
             return self.close(c);
         }
         if c.read_timeout != self.timeout {
-            if c.conn.set_read_timeout(Some(self.timeout)).is_err() {
+            let restored = match &c.wire {
+                Wire::Plain { stream, .. } => stream.set_read_timeout(self.timeout).is_ok(),
+                Wire::Redis(r) => r.set_read_timeout(Some(self.timeout)).is_ok(),
+            };
+            if !restored {
                 return self.close(c);
             }
             c.read_timeout = self.timeout;
@@ -221,7 +499,7 @@ impl Pool {
     }
 
     /// Closes `c` (its reply may be half read: never reused).
-    pub(crate) fn close(&self, c: DirectConn) {
+    pub(crate) fn close(&self, c: Box<DirectConn>) {
         drop(c);
         self.release();
     }
@@ -240,7 +518,8 @@ impl Pool {
         }
     }
 
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<DirectConn>> {
+    #[allow(clippy::vec_box)]
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Box<DirectConn>>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -67,6 +67,7 @@ mod link;
 mod nodes;
 mod pipeline;
 mod policy;
+mod resp;
 pub mod script;
 mod verdict;
 

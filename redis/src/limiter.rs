@@ -216,7 +216,13 @@ impl RedisLimiter {
     /// ```
     pub fn redis_key(&self, key: &str) -> String {
         let i = &self.inner;
-        format!("{}{}:{}:{{{}}}", i.cfg.prefix, i.name, i.limit.kind(), key)
+        let kind = i.limit.kind().name();
+        let mut k =
+            String::with_capacity(i.cfg.prefix.len() + i.name.len() + kind.len() + key.len() + 4);
+        for part in [&i.cfg.prefix, &i.name, ":", kind, ":{", key, "}"] {
+            k.push_str(part);
+        }
+        k
     }
 
     /// The limit.

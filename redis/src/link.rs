@@ -16,6 +16,7 @@ use crate::conn::{Backend, Conn};
 use crate::direct::{DirectConn, Pool, Taken};
 use crate::error::Error;
 use crate::nodes::{key_slot, NodeMap};
+use crate::resp::Args as _;
 
 pub(crate) struct Link {
     pub(crate) backend: Backend,
@@ -286,7 +287,7 @@ impl Link {
     /// Opens a pooled connection, one attempt at a time: a caller that waited
     /// for another's attempt and sees it fail does not try again itself (as
     /// [`Self::conn`]), nor while `breaker` is open.
-    fn direct_open(&self, breaker: &Breaker) -> Result<DirectConn, Error> {
+    fn direct_open(&self, breaker: &Breaker) -> Result<Box<DirectConn>, Error> {
         let failures = self.connect_failures.load(Ordering::Relaxed);
         let _guard = self
             .direct
@@ -300,7 +301,7 @@ impl Link {
     }
 
     /// Opens a pooled connection now (the caller holds the pool's `connecting`).
-    fn direct_connect(&self) -> Result<DirectConn, Error> {
+    fn direct_connect(&self) -> Result<Box<DirectConn>, Error> {
         self.direct.open().map_err(|e| {
             let e = if e.is_timeout() {
                 Error::Timeout
@@ -337,7 +338,7 @@ impl Link {
             }
         };
         self.direct.start(&mut conn);
-        match conn.query(&redis::cmd("PING")) {
+        match conn.request(|e| e.text(b"PING")) {
             Ok(_) => {
                 self.direct.put(conn);
                 Some(Ok(()))

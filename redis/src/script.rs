@@ -10,6 +10,7 @@ use sluicegate::{FixedParams, GcraParams, Kind, Quota};
 use crate::conn::Conn;
 use crate::direct::DirectConn;
 use crate::error::{ConfigError, Error};
+use crate::resp::{Args, Encoder};
 
 /// The GCRA script: token bucket, leaky bucket meter, shaper reservation and lease.
 pub const GCRA_LUA: &str = include_str!("../lua/gcra.lua");
@@ -308,10 +309,18 @@ impl Scripts {
         &self,
         conn: &mut DirectConn,
         key: &str,
-        args: impl Fn(&mut Cmd),
+        args: impl Fn(&mut Encoder),
     ) -> RedisResult<Value> {
-        match conn.query(&self.command(false, key, &args)) {
-            Err(e) if no_script(&e) => conn.query(&self.command(true, key, &args)),
+        let s = &self.single;
+        let sha = conn.request(|e| {
+            e.text(b"EVALSHA");
+            script_call(e, s.sha.as_bytes(), key, &args);
+        });
+        match sha {
+            Err(err) if no_script(&err) => conn.request(|e| {
+                e.text(b"EVAL");
+                script_call(e, s.source.as_bytes(), key, &args);
+            }),
             other => other,
         }
     }
@@ -335,9 +344,17 @@ pub(crate) fn no_script(e: &redis::RedisError) -> bool {
 
 fn build(verb: &str, body: &[u8], key: &str, args: &impl Fn(&mut Cmd)) -> Cmd {
     let mut cmd = redis::cmd(verb);
-    cmd.arg(body).arg(1).arg(key);
-    args(&mut cmd);
+    script_call(&mut cmd, body, key, args);
     cmd
+}
+
+/// A script call's arguments after its verb, for either path: the script
+/// (`body`: its SHA-1 or its source), one key, then the limit's (`args`).
+fn script_call<A: Args>(out: &mut A, body: &[u8], key: &str, args: &impl Fn(&mut A)) {
+    out.text(body);
+    out.int(1);
+    out.text(key.as_bytes());
+    args(out);
 }
 
 #[cfg(test)]
