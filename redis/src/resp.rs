@@ -194,6 +194,16 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> RedisResult<Option<(Value, u
                 let mut items = Vec::with_capacity(n.min((buf.len() - next) / 3 + 1));
                 let mut at = next;
                 for _ in 0..n {
+                    // An integer (every item of a script's reply) read here,
+                    // without a call that returns a whole `Value` by value.
+                    if buf.get(at) == Some(&b':') {
+                        let Some((text, after)) = line(buf, at + 1)? else {
+                            return Ok(None);
+                        };
+                        items.push(Value::Int(integer(text)?));
+                        at = after;
+                        continue;
+                    }
                     let Some((item, after)) = parse_at(buf, at, depth + 1)? else {
                         return Ok(None);
                     };
