@@ -924,6 +924,8 @@ def test_sequential_checks_run_on_the_calling_thread(url: str) -> None:
     # of the limiter's own: the runtime threads stay asleep (the same loop through
     # the runtime, max_connections=0, wakes one per check).
     assert RedisOptions(url).max_connections == 8
+    with pytest.raises(ValueError, match="max_connections"):
+        RedisOptions(url, max_connections=-1)
     rl = RedisKeyedLimiter('100/hour', name=_name(), redis=RedisOptions(url, timeout=1.0))
     one = RedisLimiter('100/hour', name=_name(), redis=RedisOptions(url, timeout=1.0))
     old = RedisKeyedLimiter('100/hour', name=_name(), redis=RedisOptions(url, timeout=1.0, max_connections=0))

@@ -44,7 +44,7 @@ impl PyRedisOptions {
         ssl_ca_certs: Option<std::path::PathBuf>,
         ssl_certfile: Option<std::path::PathBuf>,
         ssl_keyfile: Option<std::path::PathBuf>,
-        max_connections: usize,
+        max_connections: i64,
     ) -> PyResult<Self> {
         let policy = match failure_policy {
             "open" => FailurePolicy::Open,
@@ -73,6 +73,9 @@ impl PyRedisOptions {
             Some(t) => secs(t, "connect_timeout")?,
             None => timeout.max(Duration::from_millis(50)),
         };
+        let max_connections = usize::try_from(max_connections).map_err(|_| {
+            PyValueError::new_err("max_connections is a number of connections, 0 or more")
+        })?;
         let cfg = Config {
             prefix: prefix.to_owned(),
             timeout,
