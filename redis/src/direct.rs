@@ -20,6 +20,13 @@
 //! ([`crate::link::Link::run_direct`]). A connection whose reply was not read
 //! in full (a timeout, a broken stream) is closed, never reused; a failure that
 //! drops the multiplexed connection drops the idle pooled ones too.
+//!
+//! On a plain TCP or Unix socket a pooled connection speaks RESP2 itself
+//! ([`crate::resp`]) after the handshake redis-rs's connections make (`AUTH`,
+//! `SELECT`; no `CLIENT SETINFO`); over TLS (or with `protocol=resp3` in the
+//! URL) it is redis-rs's synchronous connection, with its rustls setup. A
+//! forked child never writes to its parent's sockets: the pool notices the new
+//! process id and opens connections of its own.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use core::time::Duration;
