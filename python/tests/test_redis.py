@@ -895,3 +895,194 @@ def test_hybrid_lease_settings_are_the_rule_files_in_seconds(url: str) -> None:
     # In hybrid mode the coroutine goes through the lease front too.
     got = asyncio.run(h.check_async("user-0"))
     assert got and h.hybrid_stats is not None and h.hybrid_stats["local"] == stats["local"] + 1
+
+
+def _runtime_switches() -> int | None:
+    """Context switches so far of this process's sluicegate-redis runtime threads
+    (each wake-up of one is at least one); None where /proc does not say."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total = 0
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                if f.read().strip() != "sluicegate-redis"[:15]:
+                    continue
+            with open(f"/proc/self/task/{t}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def test_sequential_checks_run_on_the_calling_thread(url: str) -> None:
+    # The calling thread writes the command and reads the reply on a connection
+    # of the limiter's own: the runtime threads stay asleep (the same loop through
+    # the runtime, max_connections=0, wakes one per check).
+    assert RedisOptions(url).max_connections == 8
+    with pytest.raises(ValueError, match="max_connections"):
+        RedisOptions(url, max_connections=-1)
+    rl = RedisKeyedLimiter('100/hour', name=_name(), redis=RedisOptions(url, timeout=1.0))
+    one = RedisLimiter('100/hour', name=_name(), redis=RedisOptions(url, timeout=1.0))
+    old = RedisKeyedLimiter('100/hour', name=_name(), redis=RedisOptions(url, timeout=1.0, max_connections=0))
+    rl.connect()
+    old.connect()
+    gc.collect()
+
+    def woken(f: Any) -> int | None:
+        before = _runtime_switches()
+        f()
+        after = _runtime_switches()
+        return None if before is None or after is None else after - before
+
+    def direct() -> None:
+        for want in range(99, 49, -1):
+            d = rl.check("k")
+            assert d and d.remaining == want
+        assert rl.try_check("k").remaining == 49
+        assert rl.peek("k").remaining == 48
+        for _ in range(10):
+            assert one.check()
+
+    def runtime() -> None:
+        for want in range(99, 49, -1):
+            assert old.check("k").remaining == want
+
+    quiet, busy = woken(direct), woken(runtime)
+    if quiet is not None and busy is not None:
+        assert busy >= 50, busy  # the measure sees wake-ups
+        assert quiet <= 5, quiet
+    assert rl.stats()["direct_calls"] == 52
+    assert one.stats()["direct_calls"] == 10
+    assert old.stats()["direct_calls"] == 0
+
+
+def test_a_sync_check_waiting_for_redis_leaves_the_gil_free(url: str) -> None:
+    rl = RedisLimiter('10/hour', name=_name(), redis=RedisOptions(url, timeout=5.0))
+    rl.connect()
+    out: list[sluicegate.Decision] = []
+    th = threading.Thread(target=lambda: out.append(rl.check()))
+    _pause(url, 300)
+    try:
+        t0 = time.monotonic()
+        th.start()
+        spins = 0
+        while th.is_alive():
+            spins += 1
+        elapsed = time.monotonic() - t0
+    finally:
+        _redis(url, "CLIENT UNPAUSE")
+    th.join()
+    # ~300 ms held by the server, on the calling thread's connection, while this
+    # thread kept running Python.
+    assert elapsed >= 0.2 and spins > 10_000, (elapsed, spins)
+    assert out[0] and out[0].remaining == 9
+    assert rl.stats()["direct_calls"] == 1
+
+
+def test_threads_past_the_pool_share_one_limit_exactly(url: str) -> None:
+    # 16 threads, 2 pooled connections: the calls past them go through the
+    # multiplexed connection; every decision is Redis's and the quota exact.
+    for pool in (2, 8):
+        rl = RedisKeyedLimiter('60/hour', name=_name(), redis=RedisOptions(url, timeout=2.0, max_connections=pool,
+                                                                          failure_policy="closed"))
+        admitted = [0, 0, 0]
+        lock = threading.Lock()
+
+        def work(i: int) -> None:
+            for j in range(60):
+                k = (i + j) % 3
+                d, source = rl.check_with_source(f"k{k}")
+                assert source == "redis"
+                if d:
+                    with lock:
+                        admitted[k] += 1
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert admitted == [60, 60, 60], (pool, admitted)
+        stats = rl.stats()
+        assert stats["redis"] == 16 * 60 and 0 < stats["direct_calls"] <= stats["redis"], stats
+
+
+def test_a_restarted_server_is_used_again(tmp_path: pathlib.Path) -> None:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (scripts/test-redis installs it)")
+    port = _free_port()
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+             "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 5
+        while not _ping(port):
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.02)
+        return proc
+
+    def until(source: str) -> float:
+        """Checks until one is answered by source; the slowest check on the way."""
+        deadline, slowest = time.monotonic() + 5, 0.0
+        while True:
+            t = time.monotonic()
+            got = rl.check_with_source("k")[1]
+            slowest = max(slowest, time.monotonic() - t)
+            if got == source:
+                return slowest
+            assert time.monotonic() < deadline, f"no {source} answer (last {got})"
+            time.sleep(0.005)
+
+    proc = start()
+    try:
+        rl = RedisKeyedLimiter("1000/second", name=_name(), redis=RedisOptions(
+            f"redis://127.0.0.1:{port}", timeout=0.05, connect_timeout=0.2, failure_policy="local", local_share=50))
+        rl.connect()
+        assert rl.check_with_source("k")[1] == "redis"
+        proc.kill()
+        proc.wait()
+        assert until("local_fallback") < 0.5
+        assert all(rl.check_with_source("k")[1] == "local_fallback" for _ in range(5))
+        assert rl.stats()["circuit_opened"] >= 1  # the breaker counts these failures too
+        assert isinstance(rl.last_error, sluicegate.BackendError)
+        # Empty again (its script cache too: NOSCRIPT, then EVAL).
+        proc = start()
+        assert until("redis") < 0.5
+        before = rl.stats()["direct_calls"]
+        assert all(rl.check_with_source("k")[1] == "redis" for _ in range(10))
+        assert rl.stats()["direct_calls"] == before + 10
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
+def test_a_limiter_used_before_fork_checks_in_the_child(url: str) -> None:
+    # A preloading master (gunicorn --preload) that checked before forking: the
+    # child opens connections of its own (never writes to the parent's socket),
+    # and both go on deciding on one count.
+    rl = RedisLimiter('10/hour', name=_name(), redis=RedisOptions(url, timeout=2.0))
+    assert rl.check().remaining == 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            ok = [rl.check().remaining for _ in range(3)] == [8, 7, 6]
+            code = 0 if ok and rl.stats()["direct_calls"] >= 4 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert rl.check().remaining == 5

@@ -1,16 +1,40 @@
-//! Blocking wrappers: the async limiters driven by a private runtime (one worker
-//! thread that also keeps the multiplexed connection's socket busy). Meant for
-//! plain threads. Called from inside another Tokio runtime (a synchronous API such
-//! as a policy check inside an async server), where `block_on` would panic, a call
-//! is run on the private runtime and waited for: it works, and blocks that
-//! runtime's worker thread for the round trip (a hybrid check spent from a lease
-//! never leaves the calling thread).
+//! Blocking wrappers of the async limiters, for plain threads (and usable from
+//! inside a Tokio runtime, where they block that runtime's thread for the round
+//! trip, as any blocking call does).
+//!
+//! # Who drives a connection
+//! * **A check, a peek, `try_check_n`, `connect`: the calling thread.** Each
+//!   limiter keeps a small pool of synchronous connections (up to
+//!   [`Config::blocking_connections`], 8 by default, opened as concurrent
+//!   callers need them). A calling thread takes an idle one, writes its command
+//!   and reads the reply itself, and puts it back: one round trip, no other
+//!   thread woken, so a sequential caller costs what a raw socket would, on an
+//!   idle machine or a busy one. A pooled connection is never shared while in
+//!   use: several threads share the pool, one connection per call in flight.
+//! * **Everything else: the limiter's private runtime** (one worker thread),
+//!   which drives the multiplexed connection: calls past the pool's bound (more
+//!   threads checking at once than it holds, which then pipeline on that one
+//!   socket), batches ([`RedisLimiter::check_many`]), a hybrid limiter's lease
+//!   refreshes (batched there; a lease hit never leaves the calling thread),
+//!   per-key coalescing ([`Config::coalesce`]), a cluster (its connection
+//!   routes by slot and follows the cluster's map: there is no pool), and every
+//!   future of [`RedisLimiter::as_async`] spawned on [`RedisLimiter::handle`]. A
+//!   plain thread waits for such a call with `block_on`; a thread inside another
+//!   Tokio runtime (where `block_on` panics) hands it to the private runtime and
+//!   waits for the answer.
+//!
+//! Both paths send the same commands and share the script registry (`EVALSHA`,
+//! `EVAL` on `NOSCRIPT`), the reply parsing, the error classification, the
+//! circuit breaker, the timeout and the failure policy; [`RedisStats::direct_calls`]
+//! counts the calls made on the calling thread. A pooled connection whose reply
+//! was not read in full (a timeout, a broken stream) is closed, and a failure
+//! that drops the multiplexed connection drops the idle pooled ones too.
 
 use std::sync::Arc;
 
 use crate::error::{ConfigError, Error};
 use crate::hybrid::{HybridConfig, HybridLimiter as AsyncHybrid, HybridStats};
-use crate::limit::{Limit, Reply};
+use crate::limit::{Limit, Mode, Reply};
 use crate::limiter::{Config, RedisLimiter as AsyncLimiter};
 use crate::verdict::{RedisStats, Verdict};
 use crate::Backend;
@@ -150,6 +174,10 @@ impl RedisLimiter {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn connect(&self) -> Result<(), Error> {
+        // On a pooled connection, which stays open for the first check.
+        if let Some(r) = self.inner.connect_direct() {
+            return r;
+        }
         if in_runtime() {
             let l = self.inner.clone();
             return hop(
@@ -247,6 +275,9 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        if let Some(v) = self.inner.run_direct(key, n, Mode::Consume) {
+            return v;
+        }
         if in_runtime() {
             let (l, key) = (self.inner.clone(), key.to_owned());
             return hop(&self.rt, async move { l.check_n(&key, n).await }, || {
@@ -265,6 +296,9 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn peek_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
+        if let Some(v) = self.inner.run_direct(key, n, Mode::Peek) {
+            return v;
+        }
         if in_runtime() {
             let (l, key) = (self.inner.clone(), key.to_owned());
             return hop(&self.rt, async move { l.peek_n(&key, n).await }, || {
@@ -307,6 +341,9 @@ impl RedisLimiter {
     /// # Ok(()) }
     /// ```
     pub fn try_check_n(&self, key: &str, n: u64) -> Result<Reply, Error> {
+        if let Some(r) = self.inner.call_direct(key, n, Mode::Consume) {
+            return r;
+        }
         if in_runtime() {
             let (l, key) = (self.inner.clone(), key.to_owned());
             return hop(

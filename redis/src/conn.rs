@@ -7,7 +7,7 @@ use core::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, RedisResult, Value};
 
 use crate::error::{ConfigError, Error};
 
@@ -221,6 +221,17 @@ impl Backend {
         Ok(())
     }
 
+    /// The client of a standalone server, plain or TLS (`None` for a cluster),
+    /// for the blocking API's own connections ([`crate::direct`]), with
+    /// `TCP_NODELAY` on their sockets.
+    pub(crate) fn standalone_client(&self) -> Option<RedisResult<redis::Client>> {
+        match self {
+            Self::Standalone(url) => Some(client(url, None, true)),
+            Self::StandaloneTls { url, tls } => Some(client(url, Some(tls), true)),
+            Self::Cluster(_) | Self::ClusterTls { .. } => None,
+        }
+    }
+
     pub(crate) async fn connect(
         &self,
         connect: Duration,
@@ -228,19 +239,12 @@ impl Backend {
     ) -> Result<Conn, Error> {
         let fut = async {
             match self {
-                Self::Standalone(url) => single(redis::Client::open(url.as_str())?, connect).await,
-                #[cfg(feature = "tls")]
+                Self::Standalone(url) => single(client(url, None, false)?, connect).await,
                 Self::StandaloneTls { url, tls } => {
-                    let client = redis::Client::build_with_tls(url.as_str(), tls.certificates())?;
-                    single(client, connect).await
+                    single(client(url, Some(tls), false)?, connect).await
                 }
                 #[cfg(not(feature = "tls"))]
-                Self::StandaloneTls { .. } | Self::ClusterTls { .. } => {
-                    Err(redis::RedisError::from((
-                        redis::ErrorKind::InvalidClientConfig,
-                        "TLS needs the `tls` feature",
-                    )))
-                }
+                Self::ClusterTls { .. } => Err(no_tls()),
                 Self::Cluster(nodes) => {
                     let client = cluster_builder(nodes, connect, response).build()?;
                     Ok(Conn::Cluster(client.get_async_connection().await?))
@@ -259,6 +263,30 @@ impl Backend {
             Err(_) => Err(Error::Timeout),
         }
     }
+}
+
+/// The client of one server: `url`, over TLS with `tls`; `nodelay`:
+/// `TCP_NODELAY` on its sockets.
+fn client(url: &str, tls: Option<&TlsConfig>, nodelay: bool) -> RedisResult<redis::Client> {
+    let mut info = url.into_connection_info()?;
+    if nodelay {
+        info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+    }
+    match tls {
+        None => redis::Client::open(info),
+        #[cfg(feature = "tls")]
+        Some(tls) => redis::Client::build_with_tls(info, tls.certificates()),
+        #[cfg(not(feature = "tls"))]
+        Some(_) => Err(no_tls()),
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn no_tls() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "TLS needs the `tls` feature",
+    ))
 }
 
 /// A multiplexed connection to one server. Its response timeout is the

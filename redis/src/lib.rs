@@ -30,7 +30,11 @@
 //! * **Batching**: concurrent checks share one multiplexed connection and are
 //!   pipelined on it; [`RedisLimiter::check_many`] sends a batch at once; the hybrid
 //!   mode coalesces concurrent leases of one key into one call.
-//! * Async (tokio) and [`blocking`] APIs.
+//! * Async (tokio) and [`blocking`] APIs. A blocking call is written and read
+//!   by the calling thread on a connection of the limiter's own pool (no
+//!   other thread woken: one round trip, as a raw socket); past the pool's
+//!   bound, on a cluster, and for batches and hybrid leases, it goes through
+//!   the multiplexed connection (see [`blocking`]: who drives what).
 //!
 //! ## Resolution
 //! Redis time is in microseconds, the local limiters' in nanoseconds; see
@@ -58,6 +62,7 @@ pub mod blocking;
 mod breaker;
 mod coalesce;
 mod conn;
+mod direct;
 mod error;
 pub mod hybrid;
 mod limit;
@@ -66,6 +71,7 @@ mod link;
 mod nodes;
 mod pipeline;
 mod policy;
+mod resp;
 pub mod script;
 mod verdict;
 

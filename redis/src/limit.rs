@@ -9,6 +9,7 @@ use redis::Value;
 use sluicegate::{Decision, Kind, Quota, Spec, SpecError};
 
 use crate::error::{ConfigError, Error};
+use crate::resp::Args;
 use crate::script::{self, Params, Script};
 
 /// Which algorithm a limit runs: the old hand-written list, kept so that code
@@ -329,18 +330,20 @@ impl Limit {
     }
 
     /// Appends the script arguments after the key.
-    pub(crate) fn push_args(&self, cmd: &mut redis::Cmd, n: u64, mode: Mode) {
+    pub(crate) fn push_args(&self, out: &mut impl Args, n: u64, mode: Mode) {
         let mode = match mode {
-            Mode::Consume => "c",
-            Mode::Peek => "p",
-            Mode::Lease => "l",
+            Mode::Consume => b"c",
+            Mode::Peek => b"p",
+            Mode::Lease => b"l",
         };
         let p = &self.params;
-        cmd.arg(p.unit_us).arg(p.size).arg(n);
+        out.int(p.unit_us);
+        out.int(p.size);
+        out.int(n);
         if let Some(slack) = p.slack_us {
-            cmd.arg(slack);
+            out.int(slack);
         }
-        cmd.arg(mode);
+        out.text(mode);
     }
 
     /// The multi-cost script's arguments (see [`crate::script::multi_source`]):

@@ -57,6 +57,15 @@ pub struct Config {
     /// each under [`Config::timeout`] plus one more timeout per 128 calls, so a
     /// batch of any size is answered by a healthy Redis.
     pub pipeline_max: usize,
+    /// The most connections of the blocking API's own pool (8 by default; see
+    /// [`crate::blocking`]): a blocking call takes an idle one, or opens one
+    /// while there are fewer, and writes and reads it on the calling thread;
+    /// with every one in use it goes through the multiplexed connection (driven
+    /// by the limiter's runtime, pipelined with the others). Opened as
+    /// concurrent callers need them, kept open. `0`: every blocking call goes
+    /// through the multiplexed connection (one socket per limiter). Ignored on
+    /// a cluster (no pool) and by the async API.
+    pub blocking_connections: usize,
 }
 
 impl Default for Config {
@@ -70,6 +79,7 @@ impl Default for Config {
             fallback_keys: 10_000,
             coalesce: None,
             pipeline_max: 128,
+            blocking_connections: 8,
         }
     }
 }
@@ -162,6 +172,7 @@ impl RedisLimiter {
                     cfg.timeout,
                     cfg.connect_timeout,
                     cfg.breaker,
+                    cfg.blocking_connections,
                 )),
                 scripts: Scripts::new(limit.script),
                 limit,
@@ -205,7 +216,13 @@ impl RedisLimiter {
     /// ```
     pub fn redis_key(&self, key: &str) -> String {
         let i = &self.inner;
-        format!("{}{}:{}:{{{}}}", i.cfg.prefix, i.name, i.limit.kind(), key)
+        let kind = i.limit.kind().name();
+        let mut k =
+            String::with_capacity(i.cfg.prefix.len() + i.name.len() + kind.len() + key.len() + 4);
+        for part in [&i.cfg.prefix, &i.name, ":", kind, ":{", key, "}"] {
+            k.push_str(part);
+        }
+        k
     }
 
     /// The limit.
@@ -275,6 +292,12 @@ impl RedisLimiter {
         self.inner.link.ping().await
     }
 
+    /// [`Self::connect`] on a connection of the blocking API's pool, driven by
+    /// the calling thread (it stays in the pool); `None` without a pool.
+    pub(crate) fn connect_direct(&self) -> Option<Result<(), Error>> {
+        self.inner.link.ping_direct()
+    }
+
     /// The last error Redis gave this limiter (unavailability or a per-key
     /// data error), kept while checks are answered by the policy.
     ///
@@ -298,7 +321,12 @@ impl RedisLimiter {
     /// ```
     pub fn stats(&self) -> RedisStats {
         let i = &self.inner;
-        i.counters.snapshot(i.link.times_opened())
+        let direct = i
+            .link
+            .direct
+            .calls
+            .load(core::sync::atomic::Ordering::Relaxed);
+        i.counters.snapshot(i.link.times_opened(), direct)
     }
 
     /// Checks one unit for `key`. See [`Self::check_n`].
@@ -475,6 +503,47 @@ impl RedisLimiter {
             }));
         }
         Ok(())
+    }
+
+    /// The blocking API's check ([`Self::run`] driven by the calling thread on
+    /// a pooled connection, see [`crate::direct`]): `None` when it cannot be
+    /// (the pool has no connection to give: a cluster, every one in use, or
+    /// none configured; or a consuming check with per-key coalescing, whose
+    /// flights run on the runtime), and the caller goes the async way.
+    pub(crate) fn run_direct(
+        &self,
+        key: &str,
+        n: u64,
+        mode: Mode,
+    ) -> Option<Result<Verdict, Error>> {
+        let r = self.call_direct(key, n, mode)?;
+        Some(self.answer(key, n, mode != Mode::Peek, r))
+    }
+
+    /// [`Self::call`] (or a consuming check's [`Self::consume`]) driven by the
+    /// calling thread on a pooled connection; `None` as for [`Self::run_direct`].
+    pub(crate) fn call_direct(
+        &self,
+        key: &str,
+        n: u64,
+        mode: Mode,
+    ) -> Option<Result<Reply, Error>> {
+        if mode == Mode::Consume && self.inner.cfg.coalesce.is_some() {
+            return None;
+        }
+        if let Err(e) = self.within_capacity(n) {
+            return Some(Err(e));
+        }
+        let inner = &self.inner;
+        let rkey = &self.redis_key(key);
+        let limit = &inner.limit;
+        inner.link.run_direct(rkey, |conn| {
+            let v = inner
+                .scripts
+                .invoke_direct(conn, rkey, |c| limit.push_args(c, n, mode))
+                .map_err(Error::from_redis)?;
+            Reply::parse(&v)
+        })
     }
 
     /// One script call on `key`, under its breaker and the timeout.

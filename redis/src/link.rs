@@ -1,6 +1,7 @@
 //! The link to Redis: the connection (one multiplexed connection to a
 //! standalone server, or a cluster connection), (re)connected by one task at a
-//! time; the circuit breaker each call counts against (the server's, or on a
+//! time, and the blocking API's pool of connections its callers drive
+//! themselves ([`crate::direct`]); the circuit breaker each call counts against (the server's, or on a
 //! cluster the master's that serves the key's slot); and the outcome of every
 //! call, classified: unavailability feeds the breaker, a per-key data error
 //! does not.
@@ -12,8 +13,10 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::conn::{Backend, Conn};
+use crate::direct::{DirectConn, Pool, Taken};
 use crate::error::Error;
 use crate::nodes::{key_slot, NodeMap};
+use crate::resp::Args as _;
 
 pub(crate) struct Link {
     pub(crate) backend: Backend,
@@ -33,6 +36,8 @@ pub(crate) struct Link {
     /// A slot-map refresh is running.
     refreshing: AtomicBool,
     last_error: Mutex<Option<Error>>,
+    /// The blocking API's connections (none on a cluster).
+    pub(crate) direct: Pool,
 }
 
 /// The breaker a call counts against: the main one, or a cluster master's.
@@ -57,8 +62,10 @@ impl Link {
         timeout: Duration,
         connect_timeout: Duration,
         breaker: BreakerConfig,
+        direct: usize,
     ) -> Self {
         Self {
+            direct: Pool::new(&backend, direct, timeout, connect_timeout),
             breaker: Breaker::new(breaker, backend.label()),
             backend,
             timeout,
@@ -189,11 +196,7 @@ impl Link {
                     // may be why; read the slot map again.
                     self.refresh_nodes();
                 }
-                let server_said = matches!(e, Error::Redis(r) if matches!(
-                    r.kind(),
-                    redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
-                ));
-                if !server_said && !self.is_cluster() {
+                if !server_said(e) && !self.is_cluster() {
                     self.drop_conn();
                 }
             }
@@ -232,9 +235,124 @@ impl Link {
         });
     }
 
+    /// Drops the connection, and the pool's idle connections (those in use are
+    /// closed when given back).
     pub(crate) fn drop_conn(&self) {
         if let Ok(mut g) = self.conn.write() {
             *g = None;
+        }
+        self.direct.clear();
+    }
+
+    /// [`Self::run`] on a pooled connection, driven by the calling thread
+    /// ([`crate::direct`]): the same breaker, timeout, classification and
+    /// outcome records. `None` (nothing done, no permit taken) when the pool
+    /// has no connection to give: the caller goes through [`Self::run`].
+    pub(crate) fn run_direct<T>(
+        self: &Arc<Self>,
+        rkey: &str,
+        call: impl FnOnce(&mut DirectConn) -> Result<T, Error>,
+    ) -> Option<Result<T, Error>> {
+        // Taken before the permit: a half-open breaker's one probe is never
+        // taken by a call that then goes elsewhere.
+        let taken = self.direct.take()?;
+        let breaker = self.breaker_for(rkey);
+        let permit = breaker.permit();
+        if permit == Permit::Reject {
+            self.direct.untake(taken);
+            return Some(Err(Error::CircuitOpen));
+        }
+        let mut conn = match taken {
+            Taken::Idle(c) => c,
+            Taken::Slot => match self.direct_open(&breaker) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.direct.release();
+                    self.settle(&breaker, permit, Some(&e));
+                    return Some(Err(e));
+                }
+            },
+        };
+        self.direct.start(&mut conn);
+        self.direct.calls.fetch_add(1, Ordering::Relaxed);
+        let result = call(&mut conn);
+        match &result {
+            Err(e) if !in_step(e) => self.direct.close(conn),
+            _ => self.direct.put(conn),
+        }
+        self.settle(&breaker, permit, result.as_ref().err());
+        Some(result)
+    }
+
+    /// Opens a pooled connection, one attempt at a time: a caller that waited
+    /// for another's attempt and sees it fail does not try again itself (as
+    /// [`Self::conn`]), nor while `breaker` is open.
+    fn direct_open(&self, breaker: &Breaker) -> Result<Box<DirectConn>, Error> {
+        let failures = self.connect_failures.load(Ordering::Relaxed);
+        let _guard = self
+            .direct
+            .connecting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.connect_failures.load(Ordering::Relaxed) != failures || breaker.is_open() {
+            return Err(Error::CircuitOpen);
+        }
+        self.direct_connect()
+    }
+
+    /// Opens a pooled connection now (the caller holds the pool's `connecting`).
+    fn direct_connect(&self) -> Result<Box<DirectConn>, Error> {
+        self.direct.open().map_err(|e| {
+            let e = if e.is_timeout() {
+                Error::Timeout
+            } else {
+                Error::Redis(e)
+            };
+            self.connect_failures.fetch_add(1, Ordering::Relaxed);
+            self.record(&e);
+            e
+        })
+    }
+
+    /// [`Self::ping`] on a pooled connection (opened if none is idle), which
+    /// then stays in the pool; `None` when the pool has none to give.
+    pub(crate) fn ping_direct(&self) -> Option<Result<(), Error>> {
+        let mut conn = match self.direct.take()? {
+            Taken::Idle(c) => c,
+            Taken::Slot => {
+                let opened = {
+                    let _guard = self
+                        .direct
+                        .connecting
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    self.direct_connect()
+                };
+                match opened {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.direct.release();
+                        return Some(Err(e));
+                    }
+                }
+            }
+        };
+        self.direct.start(&mut conn);
+        match conn.request(|e| e.text(b"PING")) {
+            Ok(_) => {
+                self.direct.put(conn);
+                Some(Ok(()))
+            }
+            Err(e) => {
+                let e = if e.is_timeout() {
+                    Error::Timeout
+                } else {
+                    Error::Redis(e)
+                };
+                self.record(&e);
+                self.direct.close(conn);
+                Some(Err(e))
+            }
         }
     }
 
@@ -315,4 +433,20 @@ impl Link {
     pub(crate) fn current(&self) -> Option<Conn> {
         self.conn.read().ok().and_then(|g| g.clone())
     }
+}
+
+/// Whether the server itself answered with `e` (an error reply about itself:
+/// the connection is fine).
+fn server_said(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if matches!(
+        r.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    ))
+}
+
+/// Whether a connection that failed a call with `e` is still in step with the
+/// server: the server answered (an error reply, or a reply the script does not
+/// make), so no reply is left half read.
+fn in_step(e: &Error) -> bool {
+    matches!(e, Error::Data(_) | Error::Reply(_)) || server_said(e)
 }

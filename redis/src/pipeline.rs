@@ -125,13 +125,7 @@ impl RedisLimiter {
             let mut again = Vec::new();
             for (&j, r) in pending.iter().zip(replies) {
                 match r {
-                    Err(e)
-                        if !eval
-                            && e.kind()
-                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        again.push(j)
-                    }
+                    Err(e) if !eval && crate::script::no_script(&e) => again.push(j),
                     Err(e) => results[j] = Some(Err(Error::from_redis(e))),
                     Ok(v) => results[j] = Some(Reply::parse(&v)),
                 }

@@ -8,7 +8,9 @@ use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 use sluicegate::{FixedParams, GcraParams, Kind, Quota};
 
 use crate::conn::Conn;
+use crate::direct::DirectConn;
 use crate::error::{ConfigError, Error};
+use crate::resp::{Args, Encoder};
 
 /// The GCRA script: token bucket, leaky bucket meter, shaper reservation and lease.
 pub const GCRA_LUA: &str = include_str!("../lua/gcra.lua");
@@ -292,11 +294,33 @@ impl Scripts {
     ) -> RedisResult<Value> {
         let sha = build("EVALSHA", s.sha.as_bytes(), key, &args);
         match conn.query(&sha).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            Err(e) if no_script(&e) => {
                 // EVAL also caches the script, so the next call is an EVALSHA again.
                 let eval = build("EVAL", s.source.as_bytes(), key, &args);
                 conn.query(&eval).await
             }
+            other => other,
+        }
+    }
+
+    /// [`Self::invoke`] on a pooled connection, driven by the calling thread
+    /// ([`crate::direct`]): the same commands, `EVAL` only on `NOSCRIPT`.
+    pub(crate) fn invoke_direct(
+        &self,
+        conn: &mut DirectConn,
+        key: &str,
+        args: impl Fn(&mut Encoder),
+    ) -> RedisResult<Value> {
+        let s = &self.single;
+        let sha = conn.request(|e| {
+            e.text(b"EVALSHA");
+            script_call(e, s.sha.as_bytes(), key, &args);
+        });
+        match sha {
+            Err(err) if no_script(&err) => conn.request(|e| {
+                e.text(b"EVAL");
+                script_call(e, s.source.as_bytes(), key, &args);
+            }),
             other => other,
         }
     }
@@ -312,11 +336,25 @@ impl Scripts {
     }
 }
 
+/// Whether the server answered `NOSCRIPT`: the script did not run, so sending
+/// it as `EVAL` cannot charge twice.
+pub(crate) fn no_script(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
 fn build(verb: &str, body: &[u8], key: &str, args: &impl Fn(&mut Cmd)) -> Cmd {
     let mut cmd = redis::cmd(verb);
-    cmd.arg(body).arg(1).arg(key);
-    args(&mut cmd);
+    script_call(&mut cmd, body, key, args);
     cmd
+}
+
+/// A script call's arguments after its verb, for either path: the script
+/// (`body`: its SHA-1 or its source), one key, then the limit's (`args`).
+fn script_call<A: Args>(out: &mut A, body: &[u8], key: &str, args: &impl Fn(&mut A)) {
+    out.text(body);
+    out.int(1);
+    out.text(key.as_bytes());
+    args(out);
 }
 
 #[cfg(test)]

@@ -88,6 +88,11 @@ pub struct RedisStats {
     pub data_errors: u64,
     /// Times a circuit breaker opened (the server's, or any cluster master's).
     pub circuit_opened: u64,
+    /// Script calls the blocking API made on a connection of its own pool,
+    /// written and read by the calling thread with no runtime thread involved
+    /// (see [`crate::blocking`]); the other calls went through the multiplexed
+    /// connection.
+    pub direct_calls: u64,
 }
 
 impl RedisStats {
@@ -128,7 +133,7 @@ impl Counters {
         self.data_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, circuit_opened: u64) -> RedisStats {
+    pub(crate) fn snapshot(&self, circuit_opened: u64, direct_calls: u64) -> RedisStats {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         RedisStats {
             redis: r(&self.redis),
@@ -137,6 +142,7 @@ impl Counters {
             local_fallback: r(&self.local_fallback),
             data_errors: r(&self.data_errors),
             circuit_opened,
+            direct_calls,
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use sluicegate::Quota;
-use sluicegate_redis::{blocking, Algorithm, Config, Error, Limit, RedisLimiter, Source};
+use sluicegate_redis::{blocking, Algorithm, Config, Error, Kind, Limit, RedisLimiter, Source};
 
 fn all_algorithms() -> Vec<Limit> {
     let q = Quota::per_minute(5);
@@ -291,6 +291,34 @@ fn blocking_api_from_threads() {
     });
     assert!((50..=51).contains(&admitted.load(Ordering::Relaxed)));
     assert_eq!(rl.peek_n("k", 0).unwrap().decision.limit, 50);
+    // Calls on the threads' own connections (tests/blocking.rs has the rest).
+    assert!(rl.stats().direct_calls > 0);
+}
+
+/// On a cluster the blocking API has no pool: every call goes through the
+/// cluster connection (routed by slot), from plain threads as from a runtime.
+#[test]
+fn blocking_api_on_a_cluster_goes_through_the_cluster_connection() {
+    let limit = Limit::from_quota(Kind::TokenBucket, Quota::per_hour(1).burst(5)).unwrap();
+    let cfg = Config {
+        timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let rl =
+        blocking::RedisLimiter::new(common::cluster(), &common::fresh("blkc"), limit, cfg).unwrap();
+    rl.connect().unwrap();
+    for k in ["a", "b", "c", "d"] {
+        for want in (0..5).rev() {
+            let v = rl.check(k).unwrap();
+            assert_eq!(
+                (v.source, v.decision.remaining),
+                (Source::Redis, want),
+                "{k}"
+            );
+        }
+        assert!(!rl.try_check_n(k, 1).unwrap().decision.allowed);
+    }
+    assert_eq!(rl.stats().direct_calls, 0);
 }
 
 /// Coalescing with Redis unreachable: one flight of 16 checks fails, and each

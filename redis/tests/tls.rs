@@ -200,3 +200,58 @@ async fn a_tls_cluster_with_client_certificates() {
 
     assert_refused(without, "no client certificate").await;
 }
+
+/// The blocking API's own connections over TLS (the calling thread does the
+/// handshake, writes and reads): with the private CA, with a client
+/// certificate, refused without it; on the TLS cluster there is no pool and the
+/// calls go through the cluster connection.
+#[test]
+fn blocking_calls_over_tls_on_the_calling_thread() {
+    use sluicegate_redis::blocking;
+    let Some((url, root_ca_pem)) = tls_env() else {
+        return not_run("SLUICEGATE_REDIS_TLS_URL");
+    };
+    let backend = Backend::StandaloneTls {
+        url,
+        tls: TlsConfig {
+            root_ca_pem: Some(root_ca_pem),
+            client: None,
+        },
+    };
+    let rl = blocking::RedisLimiter::new(backend, &common::fresh("btls"), limit(), cfg()).unwrap();
+    rl.connect().expect("connect over rediss://");
+    for want in [2, 1, 0] {
+        let r = rl.try_check_n("k", 1).expect("check over rediss://");
+        assert_eq!((r.decision.allowed, r.decision.remaining), (true, want));
+    }
+    let v = rl.check("k").unwrap();
+    assert_eq!((v.source, v.decision.allowed), (Source::Redis, false));
+    assert_eq!(rl.stats().direct_calls, 4);
+
+    let var = "SLUICEGATE_REDIS_MTLS_URL";
+    let Some((backend, without)) = mtls_env(var) else {
+        return not_run(var);
+    };
+    let rl = blocking::RedisLimiter::new(backend, &common::fresh("bmtls"), limit(), cfg()).unwrap();
+    let r = rl
+        .try_check_n("k", 2)
+        .expect("check with a client certificate");
+    assert_eq!(r.decision.remaining, 1);
+    assert_eq!(rl.stats().direct_calls, 1);
+    let refused =
+        blocking::RedisLimiter::new(without, &common::fresh("bmtls"), limit(), cfg()).unwrap();
+    assert!(refused.connect().unwrap_err().is_unavailable());
+    assert!(refused.try_check_n("k", 1).unwrap_err().is_unavailable());
+
+    let var = "SLUICEGATE_REDIS_TLS_CLUSTER_URL";
+    let Some((backend, _)) = mtls_env(var) else {
+        return not_run(var);
+    };
+    let rl = blocking::RedisLimiter::new(backend, &common::fresh("btlsc"), limit(), cfg()).unwrap();
+    for k in ["0", "1", "2", "3"] {
+        let r = rl.try_check_n(k, 3).expect("check on the TLS cluster");
+        assert_eq!(r.decision.remaining, 0, "{k}");
+        assert!(!rl.check(k).unwrap().decision.allowed);
+    }
+    assert_eq!(rl.stats().direct_calls, 0);
+}

@@ -302,6 +302,7 @@ class RedisOptions:
         ssl_ca_certs: str | PathLike[str] | None = None,
         ssl_certfile: str | PathLike[str] | None = None,
         ssl_keyfile: str | PathLike[str] | None = None,
+        max_connections: int = 8,
     ) -> RedisOptions: ...
     @property
     def url(self) -> str: ...
@@ -311,6 +312,8 @@ class RedisOptions:
     def timeout(self) -> float: ...
     @property
     def failure_policy(self) -> _FailurePolicy: ...
+    @property
+    def max_connections(self) -> int: ...
 
 @disjoint_base
 class _RedisLimiter:

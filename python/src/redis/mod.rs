@@ -139,7 +139,9 @@ impl PyRedisBase {
     }
 
     /// Counters of who answered: `{"redis", "fail_open", "fail_closed",
-    /// "local_fallback", "data_errors", "circuit_opened", "policy_answers"}`.
+    /// "local_fallback", "data_errors", "circuit_opened", "policy_answers",
+    /// "direct_calls"}` (the last: calls written and read by the calling
+    /// thread on a connection of the limiter's own, no other thread woken).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.inner.stats(py)
     }

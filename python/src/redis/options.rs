@@ -32,7 +32,7 @@ pub struct PyRedisOptions {
 #[pymethods]
 impl PyRedisOptions {
     #[new]
-    #[pyo3(signature = (url, *, prefix = "sluicegate:", timeout = 0.025, connect_timeout = None, failure_policy = "local", local_share = 10, ssl_ca_certs = None, ssl_certfile = None, ssl_keyfile = None))]
+    #[pyo3(signature = (url, *, prefix = "sluicegate:", timeout = 0.025, connect_timeout = None, failure_policy = "local", local_share = 10, ssl_ca_certs = None, ssl_certfile = None, ssl_keyfile = None, max_connections = 8))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         url: &str,
@@ -44,6 +44,7 @@ impl PyRedisOptions {
         ssl_ca_certs: Option<std::path::PathBuf>,
         ssl_certfile: Option<std::path::PathBuf>,
         ssl_keyfile: Option<std::path::PathBuf>,
+        max_connections: i64,
     ) -> PyResult<Self> {
         let policy = match failure_policy {
             "open" => FailurePolicy::Open,
@@ -72,11 +73,15 @@ impl PyRedisOptions {
             Some(t) => secs(t, "connect_timeout")?,
             None => timeout.max(Duration::from_millis(50)),
         };
+        let max_connections = usize::try_from(max_connections).map_err(|_| {
+            PyValueError::new_err("max_connections is a number of connections, 0 or more")
+        })?;
         let cfg = Config {
             prefix: prefix.to_owned(),
             timeout,
             connect_timeout,
             policy,
+            blocking_connections: max_connections,
             ..Config::default()
         };
         let tls = Tls {
@@ -111,6 +116,14 @@ impl PyRedisOptions {
     #[getter]
     fn timeout(&self) -> f64 {
         self.cfg.timeout.as_secs_f64()
+    }
+
+    /// The most connections a limiter's calling threads drive themselves (see
+    /// `sluicegate_redis::blocking`); past it, checks share one multiplexed
+    /// connection. 0: always that one.
+    #[getter]
+    fn max_connections(&self) -> usize {
+        self.cfg.blocking_connections
     }
 
     /// `"open"`, `"closed"` or `"local"`.

@@ -172,6 +172,7 @@ impl Remote {
         d.set_item("data_errors", s.data_errors)?;
         d.set_item("circuit_opened", s.circuit_opened)?;
         d.set_item("policy_answers", s.policy_answers())?;
+        d.set_item("direct_calls", s.direct_calls)?;
         Ok(d)
     }
 
