@@ -101,7 +101,9 @@ pub(crate) fn choose(
 /// `/dev/shm`).
 #[cfg(feature = "shared")]
 fn open_shared(path: &str) -> Result<Pool, String> {
-    sluicegate_shm::Region::open(path, &sluicegate_shm::Options::default())
+    // Cached: the process's other handles on the region (a C program's
+    // `open_shared` limiters beside its policy) share this mapping.
+    sluicegate_shm::Region::open_cached(path, &sluicegate_shm::Options::default())
         .map(|r| r.pool().clone())
         .map_err(|e| format!("the shared region: {e}"))
 }

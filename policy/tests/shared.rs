@@ -191,3 +191,25 @@ fn a_rules_keys_hash_as_their_text_with_the_regions_hash() {
     );
     sluicegate_shm::unlink(&path).unwrap();
 }
+
+/// A policy's region is opened through the process's cache: a handle opened
+/// beside it (a C program's `open_shared` limiter, say) shares its mapping,
+/// for as long as the policy keeps only the region's pool.
+#[test]
+fn a_policy_and_other_handles_on_its_region_share_one_mapping() {
+    let path = region("cache");
+    let mappings = || {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().filter(|l| l.ends_with(path.as_str())).count()
+    };
+    let p = Policy::from_toml(&text(&path, "2/hour")).unwrap();
+    assert_eq!(mappings(), 1);
+    let r = sluicegate_shm::Region::open_cached(&path, &Default::default()).unwrap();
+    let again = sluicegate_shm::Region::open_cached(&path, &Default::default()).unwrap();
+    assert!(r.same_mapping(&again));
+    assert_eq!(mappings(), 1);
+    assert!(p.check_n_at(&[("ip", "192.0.2.7")], 2, 0).allowed());
+    drop((p, r, again));
+    assert_eq!(mappings(), 0);
+    sluicegate_shm::unlink(&path).unwrap();
+}

@@ -26,7 +26,9 @@
 //! `SELECT`; no `CLIENT SETINFO`); over TLS (or with `protocol=resp3` in the
 //! URL) it is redis-rs's synchronous connection, with its rustls setup. A
 //! forked child never writes to its parent's sockets: the pool notices the new
-//! process id and opens connections of its own.
+//! process id and opens connections of its own. Fork only while no other thread
+//! is inside a call: a child forked while another thread held the pool's lock
+//! (mid-connect) would wait on it for good, as with any threaded client.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use core::time::Duration;

@@ -109,6 +109,21 @@ impl Layout {
         })
     }
 
+    /// The header alone (every part empty): what is read first of a file, to
+    /// learn what the rest should be.
+    pub(crate) const fn header_only() -> Layout {
+        // HEADER_BYTES is a page, so every empty part starts there aligned.
+        Layout {
+            len: HEADER_BYTES,
+            groups: 0,
+            cells: 0,
+            entries: 0,
+            groups_at: HEADER_BYTES,
+            cells_at: HEADER_BYTES,
+            registry_at: HEADER_BYTES,
+        }
+    }
+
     /// The most groups whose slots and sketch fit in `bytes` (the sketch has a
     /// cell per 32 slots, at least 64), with `entries` registry entries.
     pub(crate) fn for_memory(bytes: usize, entries: usize) -> Option<Layout> {
@@ -151,5 +166,10 @@ mod tests {
         assert_eq!(l.len % 4096, 0);
         assert!(Layout::for_memory(10, 1).is_none());
         assert!(Layout::new(usize::MAX / 64, 64, 1).is_none());
+    }
+
+    #[test]
+    fn the_header_alone_is_the_empty_layout() {
+        assert_eq!(Some(Layout::header_only()), Layout::new(0, 0, 0));
     }
 }

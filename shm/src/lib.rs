@@ -420,10 +420,11 @@ struct Inner {
 /// while a mapping keeps its file alive.
 type FileId = (u64, u64);
 
-/// The regions this process has mapped, by file ([`Region::open_cached`]).
-/// Weak: the last handle of a region unmaps it; its dead entry is dropped at
-/// the next insertion.
-static MAPPED: Mutex<BTreeMap<FileId, Weak<Inner>>> = Mutex::new(BTreeMap::new());
+/// The mappings this process has, by file ([`Region::open_cached`]), with the
+/// region's seed. Weak: the last handle of a region, or the last pool over it
+/// (a policy's `[shared]` keeps only the pool), unmaps it; its dead entry is
+/// dropped at the next insertion.
+static MAPPED: Mutex<BTreeMap<FileId, (Weak<Mapped>, u64)>> = Mutex::new(BTreeMap::new());
 
 fn io_error<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
     move |source| Error::Io {
@@ -481,7 +482,8 @@ impl Region {
     /// its device and inode: a region removed ([`unlink`], or by another
     /// process) and made again under the same name is a new file, opened and
     /// mapped afresh, never served from the old mapping. The cache holds no
-    /// mapping alive: the last handle of a region unmaps it.
+    /// mapping alive: the last handle of a region (or limit, or pool over it)
+    /// unmaps it.
     ///
     /// ```
     /// use sluicegate::{Kind, Spec};
@@ -509,19 +511,23 @@ impl Region {
         // child forked while another thread opens a region can still open.
         let mapped = || MAPPED.lock().unwrap_or_else(PoisonError::into_inner);
         let region = Region::open_with(&path_of(name), options, |id| {
-            let inner = mapped().get(&id).and_then(Weak::upgrade)?;
-            Some(Region { inner })
+            let (m, seed) = mapped().get(&id).cloned()?;
+            Some((m.upgrade()?, seed))
         })?;
         let mut mapped = mapped();
-        if let Some(first) = mapped.get(&region.inner.file).and_then(Weak::upgrade) {
+        let inner = &region.inner;
+        if let Some(first) = mapped.get(&inner.file).and_then(|(m, _)| m.upgrade()) {
             // Reused; or mapped by another thread meanwhile (the same file,
             // checked by both): keep one mapping.
-            if first.mapped.layout() == region.inner.mapped.layout() {
-                return Ok(Region { inner: first });
+            if Arc::ptr_eq(&first, &inner.mapped) {
+                return Ok(region);
+            }
+            if first.layout() == inner.mapped.layout() {
+                return Region::over(inner.path.clone(), inner.file, first, inner.seed);
             }
         }
-        mapped.retain(|_, w| w.strong_count() > 0);
-        mapped.insert(region.inner.file, Arc::downgrade(&region.inner));
+        mapped.retain(|_, (m, _)| m.strong_count() > 0);
+        mapped.insert(inner.file, (Arc::downgrade(&inner.mapped), inner.seed));
         Ok(region)
     }
 
@@ -550,7 +556,7 @@ impl Region {
     fn open_with(
         path: &Path,
         options: &Options,
-        cached: impl FnOnce(FileId) -> Option<Region>,
+        cached: impl FnOnce(FileId) -> Option<(Arc<Mapped>, u64)>,
     ) -> Result<Region, Error> {
         if !sluicegate::keyed::slots_lock_free() {
             return Err(Error::NotLockFree);
@@ -570,15 +576,14 @@ impl Region {
         })?;
         let path = path.to_path_buf();
         let (file, id) = open_file(&path, options)?;
-        if let Some(r) = cached(id) {
+        if let Some((m, seed)) = cached(id) {
             let len = file.metadata().map_err(io_error(&path, "stat"))?.len();
-            let m = &r.inner.mapped;
             // A file shorter than the mapping (truncated since) is not read
             // through it; the full path reports it.
             if len >= m.layout().len as u64
                 && matches!(inspect(&path, m.header(), len, &want), Ok(Found::Ready(l)) if l == *m.layout())
             {
-                return Ok(r);
+                return Region::over(path, id, m, seed);
             }
         }
         // One initialiser at a time; the kernel drops the lock if it dies.
@@ -587,7 +592,11 @@ impl Region {
         let opened = attach(&path, &file, &want);
         let _ = rustix::fs::flock(&file, FlockOperation::Unlock);
         let (mapped, seed) = opened?;
-        let mapped = Arc::new(mapped);
+        Region::over(path, id, Arc::new(mapped), seed)
+    }
+
+    /// A handle on `mapped`, the checked mapping of file `id` at `path`.
+    fn over(path: PathBuf, id: FileId, mapped: Arc<Mapped>, seed: u64) -> Result<Region, Error> {
         let pool = Pool::in_memory(Memory {
             mapped: mapped.clone(),
             seed,
@@ -603,8 +612,7 @@ impl Region {
         })
     }
 
-    /// The region's file (for a handle from [`Region::open_cached`], as named
-    /// by the open that mapped it).
+    /// The region's file, as this handle's open named it.
     ///
     /// ```
     /// # let dir = std::env::temp_dir();
@@ -867,8 +875,7 @@ fn attach(path: &Path, file: &File, want: &Layout) -> Result<(Mapped, u64), Erro
         });
     }
     // The header alone first: what the rest of the file should be.
-    let head = Mapped::new(file, Layout::new(0, 0, 0).expect("an empty layout"))
-        .map_err(io_error(path, "mmap"))?;
+    let head = Mapped::new(file, Layout::header_only()).map_err(io_error(path, "mmap"))?;
     let found = inspect(path, head.header(), len, want)?;
     drop(head);
     match found {
