@@ -159,22 +159,30 @@ def _pause(url: str, ms: int) -> None:
     assert _redis(url, f"CLIENT PAUSE {ms} ALL") == b"+OK"
 
 
-def _runtime_threads() -> int | None:
-    """How many sluicegate-redis runtime threads (one per Redis limiter) this process
-    has now; None where /proc does not say."""
+def _runtime_tasks() -> list[str] | None:
+    """The ids of this process's sluicegate-redis runtime threads (one per Redis
+    limiter); None where /proc does not say."""
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return None
-    n = 0
+    found = []
     for t in tasks:
         try:
             with open(f"/proc/self/task/{t}/comm") as f:
                 # The runtime names them "sluicegate-redis"; Linux keeps 15 bytes of it.
-                n += f.read().strip() == "sluicegate-redis"[:15]
+                if f.read().strip() == "sluicegate-redis"[:15]:
+                    found.append(t)
         except OSError:
             pass
-    return n
+    return found
+
+
+def _runtime_threads() -> int | None:
+    """How many sluicegate-redis runtime threads this process has now; None where
+    /proc does not say."""
+    tasks = _runtime_tasks()
+    return None if tasks is None else len(tasks)
 
 
 def _wait_threads(n: int | None) -> None:
@@ -900,16 +908,12 @@ def test_hybrid_lease_settings_are_the_rule_files_in_seconds(url: str) -> None:
 def _runtime_switches() -> int | None:
     """Context switches so far of this process's sluicegate-redis runtime threads
     (each wake-up of one is at least one); None where /proc does not say."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
+    tasks = _runtime_tasks()
+    if tasks is None:
         return None
     total = 0
     for t in tasks:
         try:
-            with open(f"/proc/self/task/{t}/comm") as f:
-                if f.read().strip() != "sluicegate-redis"[:15]:
-                    continue
             with open(f"/proc/self/task/{t}/status") as f:
                 for line in f:
                     if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):

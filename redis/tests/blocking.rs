@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::fault::{CONNECT, COOLDOWN, SLACK, TIMEOUT};
+use common::fault::{cfg as fault_cfg, CONNECT, COOLDOWN, SLACK, TIMEOUT};
 use common::Server;
 use sluicegate_redis::{
-    blocking, Backend, BreakerConfig, Config, Error, FailurePolicy, Kind, Limit, Quota, Source,
+    blocking, Backend, Config, Error, FailurePolicy, Kind, Limit, Quota, Source,
 };
 
 fn cfg() -> Config {
@@ -212,20 +212,6 @@ fn many_threads_sharing_one_limiter_stay_exact() {
     }
 }
 
-/// The fault tests' short timings with `policy`.
-fn fault_cfg(policy: FailurePolicy) -> Config {
-    Config {
-        timeout: TIMEOUT,
-        connect_timeout: CONNECT,
-        breaker: BreakerConfig {
-            failure_threshold: 3,
-            cooldown: COOLDOWN,
-        },
-        policy,
-        ..Config::default()
-    }
-}
-
 /// Checks `k` until one is answered by `want` (or `within` passes): the
 /// slowest check on the way and how many were made.
 fn until(rl: &blocking::RedisLimiter, want: Source, within: Duration) -> (Duration, usize) {
@@ -356,19 +342,7 @@ fn connect_reports_misconfiguration() {
         .cmd(&["CONFIG", "SET", "requirepass", "s3cret"])
         .unwrap();
     let port = server.port;
-    for (what, url, expect) in [
-        (
-            "wrong password",
-            format!("redis://:nope@127.0.0.1:{port}"),
-            "authentication failed",
-        ),
-        ("no password", format!("redis://127.0.0.1:{port}"), "NOAUTH"),
-        (
-            "DB 99",
-            format!("redis://:s3cret@127.0.0.1:{port}/99"),
-            "DB index is out of range",
-        ),
-    ] {
+    for (what, url, expect) in common::misconfigured(port) {
         let rl = blocking::RedisLimiter::new(
             Backend::from_url(&url).unwrap(),
             "cfg",
@@ -377,12 +351,7 @@ fn connect_reports_misconfiguration() {
         )
         .unwrap();
         let e = rl.connect().expect_err(what);
-        let mut text = e.to_string();
-        let mut cur = e.source();
-        while let Some(c) = cur {
-            text.push_str(&format!(" / {c}"));
-            cur = c.source();
-        }
+        let text = common::chain(&e);
         assert!(e.is_unavailable(), "{what}: {text}");
         assert!(
             text.to_lowercase().contains(&expect.to_lowercase()),

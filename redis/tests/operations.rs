@@ -134,16 +134,6 @@ fn closed_port() -> u16 {
         .port()
 }
 
-fn chain(e: &Error) -> String {
-    let mut s = e.to_string();
-    let mut cur: Option<&dyn std::error::Error> = e.source();
-    while let Some(c) = cur {
-        s.push_str(&format!(" / {c}"));
-        cur = c.source();
-    }
-    s
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misconfiguration_is_reported_by_connect_with_its_cause() {
     let server = Server::start();
@@ -152,18 +142,7 @@ async fn misconfiguration_is_reported_by_connect_with_its_cause() {
         .unwrap();
     let port = server.port;
     let q = Quota::per_second(10);
-    let cases = [
-        (
-            "wrong password",
-            format!("redis://:nope@127.0.0.1:{port}"),
-            "authentication failed",
-        ),
-        ("no password", format!("redis://127.0.0.1:{port}"), "NOAUTH"),
-        (
-            "DB 99",
-            format!("redis://:s3cret@127.0.0.1:{port}/99"),
-            "DB index is out of range",
-        ),
+    let others = [
         (
             "HTTP server",
             format!("redis://127.0.0.1:{}", http_server()),
@@ -175,10 +154,10 @@ async fn misconfiguration_is_reported_by_connect_with_its_cause() {
             "refused",
         ),
     ];
-    for (what, url, expect) in cases {
+    for (what, url, expect) in common::misconfigured(port).into_iter().chain(others) {
         let rl = limiter(&url, "cfg", Kind::TokenBucket, q, cfg(FailurePolicy::Open));
         let e = rl.connect().await.expect_err(what);
-        let text = chain(&e);
+        let text = common::chain(&e);
         assert!(e.is_unavailable(), "{what}: {text}");
         assert!(
             text.to_lowercase().contains(&expect.to_lowercase()),

@@ -75,6 +75,18 @@ fn limit() -> Limit {
     Limit::new(Algorithm::TokenBucket, Quota::per_hour(10).burst(3)).unwrap()
 }
 
+/// The TLS server at `url`, its certificate verified against `root_ca_pem`,
+/// with no client certificate.
+fn private_ca(url: String, root_ca_pem: Vec<u8>) -> Backend {
+    Backend::StandaloneTls {
+        url,
+        tls: TlsConfig {
+            root_ca_pem: Some(root_ca_pem),
+            client: None,
+        },
+    }
+}
+
 /// Checks through `rediss://`, the server's certificate verified against the CA:
 /// the decisions are Redis's and count down as on a plain connection.
 #[tokio::test]
@@ -82,13 +94,7 @@ async fn checks_over_tls_with_a_private_ca() {
     let Some((url, root_ca_pem)) = tls_env() else {
         return not_run("SLUICEGATE_REDIS_TLS_URL");
     };
-    let backend = Backend::StandaloneTls {
-        url,
-        tls: TlsConfig {
-            root_ca_pem: Some(root_ca_pem),
-            client: None,
-        },
-    };
+    let backend = private_ca(url, root_ca_pem);
     let rl = RedisLimiter::new(backend, &common::fresh("tls"), limit(), cfg()).unwrap();
     // try_: the raw error, so that a TLS failure fails the test instead of being
     // answered by the failure policy.
@@ -211,13 +217,7 @@ fn blocking_calls_over_tls_on_the_calling_thread() {
     let Some((url, root_ca_pem)) = tls_env() else {
         return not_run("SLUICEGATE_REDIS_TLS_URL");
     };
-    let backend = Backend::StandaloneTls {
-        url,
-        tls: TlsConfig {
-            root_ca_pem: Some(root_ca_pem),
-            client: None,
-        },
-    };
+    let backend = private_ca(url, root_ca_pem);
     let rl = blocking::RedisLimiter::new(backend, &common::fresh("btls"), limit(), cfg()).unwrap();
     rl.connect().expect("connect over rediss://");
     for want in [2, 1, 0] {

@@ -253,3 +253,32 @@ pub fn over_limit(admitted: &[(u64, u64)], w_us: u64, limit: u64) -> Option<(u64
     }
     None
 }
+
+/// Misconfigured URLs for a server on `port` whose password is `s3cret`: what
+/// each is, the URL, and what `connect()`'s error (with its causes) must say.
+pub fn misconfigured(port: u16) -> [(&'static str, String, &'static str); 3] {
+    [
+        (
+            "wrong password",
+            format!("redis://:nope@127.0.0.1:{port}"),
+            "authentication failed",
+        ),
+        ("no password", format!("redis://127.0.0.1:{port}"), "NOAUTH"),
+        (
+            "DB 99",
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            "DB index is out of range",
+        ),
+    ]
+}
+
+/// An error and its causes, joined by ` / `.
+pub fn chain(e: &sluicegate_redis::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(c) = cur {
+        s.push_str(&format!(" / {c}"));
+        cur = c.source();
+    }
+    s
+}
