@@ -220,7 +220,8 @@ impl RemoteLimiter for Remote {
         let task = self.remote.handle().spawn(async move {
             match (consume, hybrid) {
                 (true, None) => from_reply(remote.try_check_n(&key, n).await),
-                (true, Some(h)) => from_verdict(h.check_n(&key, n).await, true, &remote),
+                // `check_local` answered nothing above.
+                (true, Some(h)) => from_verdict(h.check_n_remote(&key, n).await, true, &remote),
                 (false, _) => from_verdict(remote.peek_n(&key, n).await, false, &remote),
             }
         });

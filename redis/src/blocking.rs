@@ -33,7 +33,7 @@
 use std::sync::Arc;
 
 use crate::error::{ConfigError, Error};
-use crate::hybrid::{HybridConfig, HybridLimiter as AsyncHybrid, HybridStats};
+use crate::hybrid::{HybridConfig, HybridLimiter as AsyncHybrid, HybridStats, Route};
 use crate::limit::{Limit, Mode, Reply};
 use crate::limiter::{Config, RedisLimiter as AsyncLimiter};
 use crate::verdict::{RedisStats, Verdict};
@@ -441,16 +441,40 @@ impl HybridLimiter {
     /// ```
     pub fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
         // Spent from a lease, or denied by the front: no runtime involved.
+        if n == 0 {
+            return self.run(
+                key,
+                move |h, key| async move { h.check_n_remote(&key, 0).await },
+            );
+        }
         if let Some(v) = self.inner.check_local(key, n)? {
             return Ok(v);
         }
-        if in_runtime() {
-            let (h, key) = (self.inner.clone(), key.to_owned());
-            return hop(&self.rt, async move { h.check_n(&key, n).await }, || {
-                Err(stopped())
-            });
+        let route = self.inner.route(key);
+        // A cold key's plain check, on this thread's own connection when the
+        // pool has one: as the `redis` backend's check.
+        if route == Route::Direct {
+            let t0 = self.inner.now_ns();
+            if let Some(r) = self.inner.remote().call_direct(key, n, Mode::Consume) {
+                self.inner.counted_round_trip();
+                return self.inner.direct_answer(key, n, t0, r);
+            }
         }
-        self.rt.block_on(self.inner.check_n(key, n))
+        self.run(key, move |h, key| async move {
+            h.check_routed(&key, n, route).await
+        })
+    }
+
+    /// `f(limiter, key)` on the limiter's runtime, waited for on this thread.
+    fn run<F>(&self, key: &str, f: impl FnOnce(AsyncHybrid, String) -> F) -> Result<Verdict, Error>
+    where
+        F: std::future::Future<Output = Result<Verdict, Error>> + Send + 'static,
+    {
+        let fut = f(self.inner.clone(), key.to_owned());
+        if in_runtime() {
+            return hop(&self.rt, fut, || Err(stopped()));
+        }
+        self.rt.block_on(fut)
     }
 
     /// See [`crate::HybridLimiter::check`].

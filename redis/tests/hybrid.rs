@@ -503,8 +503,13 @@ async fn a_window_denial_is_cached_locally() {
 
 async fn window_partial_lease(alg: Algorithm) {
     let (a, b) = two_processes("wpart", alg, Quota::per_day(10));
-    assert!(a.check_n("k", 6).await.unwrap().decision.allowed);
-    // 4 left: granted to b, kept in its lease, and its request of 6 denied.
+    assert!(a.check_n("k", 5).await.unwrap().decision.allowed);
+    // b's first check of the key is a plain one (a cold key: no lease yet).
+    let v = b.check("k").await.unwrap();
+    assert_answer(alg, &v, true, Source::Redis);
+    assert_eq!(b.keys(), 0, "{alg:?}: no lease state for a cold key");
+    // 4 left: granted to b (the key is warm now), kept in its lease, and its
+    // request of 6 denied.
     let v = b.check_n("k", 6).await.unwrap();
     assert_answer(alg, &v, false, Source::Redis);
     assert_eq!(v.decision.remaining, 4);
@@ -616,4 +621,73 @@ async fn a_bucket_key_at_a_steady_rate_makes_one_round_trip_per_ttl() {
     let trips = h.stats().round_trips;
     eprintln!("40/s for 3 s, TTL 250 ms: {trips} round trips");
     assert!(trips <= 15, "{trips} round trips: more than one per TTL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_key_is_one_plain_check_and_keeps_no_lease_state() {
+    // 300 keys each checked once (a key seen less than once a lease's life):
+    // one script call per check, as the `redis` backend makes, each charging
+    // exactly its cost, and no lease state kept. Before cold keys were told
+    // apart, each of them got an entry and a lease of its own.
+    for alg in [
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
+        let limit = Limit::new(alg, Quota::per_hour(10)).unwrap();
+        let h = hybrid(&common::fresh("cold"), limit, HybridConfig::default());
+        for i in 0..300 {
+            let v = h.check_n(&format!("k{i}"), 3).await.unwrap();
+            assert_answer(alg, &v, true, Source::Redis);
+            // Charged 3 on Redis and nothing leased: 7 left of 10.
+            assert_eq!(v.decision.remaining, 7, "{alg:?}: {v:?}");
+        }
+        assert_eq!(h.stats().round_trips, 300);
+        // Two keys may share a slot of the sketch, which makes the second look
+        // warm (and take the lease path): a few at most of 300 in 2^16 slots.
+        let plain = h.remote().stats().redis;
+        assert!(h.keys() <= 4, "{alg:?}: {} keys hold lease state", h.keys());
+        assert!(plain >= 296, "{alg:?}: {plain} of 300 were plain checks");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_checked_again_within_a_lease_life_is_leased_for_its_rate() {
+    // Checked every 20 ms (50 a second) with a 500 ms TTL: the first check is a
+    // plain one, the second leases for the rate their gap shows (about 1.25 ×
+    // 50/s × 0.5 s = 32 units), and the next ones are spent from that lease.
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_second(1000)).unwrap();
+    let h = hybrid(&common::fresh("warm"), limit, HybridConfig::default());
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sources = Vec::new();
+    for _ in 0..12 {
+        tick.tick().await;
+        let v = h.check("k").await.unwrap();
+        assert!(v.decision.allowed);
+        sources.push(v.source);
+    }
+    assert_eq!(&sources[..2], [Source::Redis, Source::Redis]);
+    assert!(
+        sources[2..].iter().all(|s| *s == Source::Lease),
+        "the second check's lease holds the next ten: {sources:?}"
+    );
+    assert_eq!(h.keys(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_keys_denial_is_cached_locally() {
+    let limit = Limit::new(Algorithm::TokenBucket, Quota::per_hour(2)).unwrap();
+    let name = common::fresh("colddeny");
+    let other = hybrid(&name, limit, HybridConfig::default());
+    assert!(other.check_n("k", 2).await.unwrap().decision.allowed);
+    let h = hybrid(&name, limit, HybridConfig::default());
+    let v = h.check("k").await.unwrap();
+    assert_answer(Algorithm::TokenBucket, &v, false, Source::Redis);
+    for _ in 0..50 {
+        let v = h.check("k").await.unwrap();
+        assert_answer(Algorithm::TokenBucket, &v, false, Source::LocalDenial);
+        assert!(v.decision.retry_after_ns > 0);
+    }
+    assert_eq!(h.stats().round_trips, 1);
 }

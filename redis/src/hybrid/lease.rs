@@ -26,6 +26,9 @@ const DRIFT_SHIFT: u32 = 9;
 /// key at a steady rate makes its one round trip per lease life and not one
 /// and a bit (a lease sized at the mean runs out early about half the time).
 const HEADROOM: f64 = 1.25;
+/// The shortest gap between a cold check and the next that counts as a rate
+/// (1 ms): closer ones are concurrent checks.
+const SEED_GAP: u64 = 1_000_000;
 
 /// One key's local state. Everything a lease hit reads is here, next to the lease
 /// word it writes: one cache line moves per hit.
@@ -69,6 +72,29 @@ impl Entry {
             && (self.lease.load(Ordering::Relaxed) & UNITS == 0
                 || now >= self.expires.load(Ordering::Relaxed))
             && now >= self.deny_until.load(Ordering::Relaxed)
+    }
+
+    /// Whether the key is warm at `now`: a lease unexpired, a denial pending,
+    /// or a lease taken within two lease lives (`span` ns each: a key at a
+    /// steady rate leases again one check after its lease ended, which for a
+    /// window is up to a window after the one it leased in; see the module
+    /// docs' "Cold keys").
+    pub(crate) fn warm(&self, now: u64, span: u64) -> bool {
+        now < self.expires.load(Ordering::Relaxed)
+            || now < self.deny_until.load(Ordering::Relaxed)
+            || now.saturating_sub(self.last_lease.load(Ordering::Relaxed)) <= span.saturating_mul(2)
+    }
+
+    /// A key's first lease after it was checked cold at `at` (ns; now `now`):
+    /// that check's unit as the first sample of its rate, if the gap is long
+    /// enough to be a rate (a millisecond: checks closer than a round trip are
+    /// concurrent ones, which the flight serves). The caller holds the
+    /// key's flight.
+    pub(crate) fn seed(&self, at: u64, now: u64) {
+        if self.last_lease.load(Ordering::Relaxed) == 0 && now.saturating_sub(at) >= SEED_GAP {
+            self.last_lease.store(at.max(1), Ordering::Relaxed);
+            self.leased.store(1, Ordering::Relaxed);
+        }
     }
 
     /// Whether the lease word `word` holds `n` units still unexpired at `now`.

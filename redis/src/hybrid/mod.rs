@@ -27,6 +27,25 @@
 //!    asked for at about the same moment (every key at a window's start) go in
 //!    one pipeline: one write, one read, one timeout.
 //!
+//! # Cold keys
+//! A lease pays off for a key checked again within its life; a key seen once
+//! every few lease lives would cost a round trip per check leased or not, and
+//! its lease state (an entry in the key map) would be work and memory for
+//! nothing. So steps 1–3 find no lease for a key checked seldom (a "cold" key)
+//! and it is checked with one plain script call, exactly as the `redis`
+//! backend checks it (its admitted units charged to the front as well), and no
+//! lease state is made for it. A key becomes warm when it is checked again
+//! within a lease's life ([`HybridConfig::lease_ttl`] for the buckets, the
+//! window for the windows): a fixed sketch of `u32` stamps, one per slot of a
+//! seeded hash (`max_keys / 2` slots, 4 bytes each), remembers when keys
+//! without lease state were last checked. A warm key's first lease is sized
+//! from that gap (one unit over it), and it stays warm while its lease lives,
+//! a denial is cached, or its last lease is less than a lease's life old. Two
+//! keys sharing a slot can make a cold key look warm: it then takes the lease
+//! path, which is exact too. So at 100,000 keys each checked every few seconds
+//! hybrid makes the same call per check as the `redis` backend, and at 1,000
+//! keys checked many times a lease's life every key is warm.
+//!
 //! # Leases and time
 //! A bucket lease expires [`HybridConfig::lease_ttl`] after it was asked for. A
 //! window lease expires with the window Redis charged it to (whatever the TTL),
@@ -152,8 +171,8 @@ use crate::verdict::{Source, Verdict};
 
 use batch::Batch;
 use front::Front;
-use keys::{Counters, KeyMap};
-use lease::UNITS;
+use keys::{Counters, KeyMap, Seen, SEEN_SPAN_MAX};
+use lease::{nanos, UNITS};
 
 /// Settings of a [`HybridLimiter`].
 ///
@@ -266,6 +285,11 @@ struct HybridInner {
     counters: Counters,
     /// Lease refreshes gathered into one pipeline.
     batch: Batch,
+    /// When keys without lease state were last checked.
+    seen: Seen,
+    /// A key checked again within this long is warm (ns): a bucket's lease
+    /// TTL, a window's length.
+    warm_span: u64,
 }
 
 impl HybridInner {
@@ -326,6 +350,13 @@ impl HybridLimiter {
                 epoch: Instant::now(),
                 counters: Counters(Default::default()),
                 batch: Batch::default(),
+                seen: Seen::new(cfg.max_keys / 2),
+                warm_span: if limit.params.window_ns == 0 {
+                    nanos(cfg.lease_ttl)
+                } else {
+                    limit.params.window_ns
+                }
+                .min(SEEN_SPAN_MAX),
             }),
         })
     }
@@ -532,14 +563,65 @@ impl HybridLimiter {
     /// # Ok(()) }
     /// ```
     pub async fn check_n(&self, key: &str, n: u64) -> Result<Verdict, Error> {
-        let inner = &*self.inner;
+        if n != 0 {
+            if let Some(v) = self.check_local(key, n)? {
+                return Ok(v);
+            }
+        }
+        self.check_n_remote(key, n).await
+    }
+
+    /// The rest of [`Self::check_n`], for a caller that has just had `None`
+    /// from [`Self::check_local`] (an async caller that checks locally on its
+    /// own thread and hands only what needs Redis to the limiter's runtime):
+    /// a cold key's plain check, or a warm key's lease (whose flight first
+    /// looks at the lease again: another check may have leased meanwhile).
+    ///
+    /// ```no_run
+    /// # async fn f(h: sluicegate_redis::HybridLimiter) -> Result<(), sluicegate_redis::Error> {
+    /// let v = match h.check_local("k", 1)? {
+    ///     Some(v) => v,
+    ///     None => h.check_n_remote("k", 1).await?,
+    /// };
+    /// assert!(v.decision.limit > 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_n_remote(&self, key: &str, n: u64) -> Result<Verdict, Error> {
         if n == 0 {
-            inner.counters.round_trip();
-            return inner.remote.peek_n(key, 0).await;
+            self.inner.counters.round_trip();
+            return self.inner.remote.peek_n(key, 0).await;
         }
-        if let Some(v) = self.check_local(key, n)? {
-            return Ok(v);
+        self.check_routed(key, n, self.route(key)).await
+    }
+
+    /// Where a check that [`Self::check_local`] could not answer goes (see the
+    /// module docs' "Cold keys"); records that `key` was checked.
+    pub(crate) fn route(&self, key: &str) -> Route {
+        let inner = &*self.inner;
+        let now = inner.now();
+        if inner.keys.with(key, |e| e.warm(now, inner.warm_span)) == Some(true) {
+            return Route::Lease { seen: None };
         }
+        match inner.seen.touch(key, now, inner.warm_span) {
+            None => Route::Direct,
+            seen => Route::Lease { seen },
+        }
+    }
+
+    /// [`Self::check_n_remote`] past its route.
+    pub(crate) async fn check_routed(
+        &self,
+        key: &str,
+        n: u64,
+        route: Route,
+    ) -> Result<Verdict, Error> {
+        let inner = &*self.inner;
+        let Route::Lease { seen } = route else {
+            self.counted_round_trip();
+            let t0 = inner.now();
+            let r = inner.remote.try_check_n(key, n).await;
+            return self.direct_answer(key, n, t0, r);
+        };
         let limit = inner.remote.limit().capacity();
         let entry = inner.keys.entry(key, inner.now());
         let Some(_flight) = self.join_flight(&entry, key, n).await else {
@@ -550,6 +632,64 @@ impl HybridLimiter {
         if let Some(v) = self.local(&entry, key, n, limit) {
             return Ok(v);
         }
+        if let Some(at) = seen {
+            entry.seed(at, inner.now());
+        }
         self.lease(&entry, key, n).await
     }
+
+    /// Now on the limiter's clock (ns).
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.inner.now()
+    }
+
+    /// Counts a round trip.
+    pub(crate) fn counted_round_trip(&self) {
+        self.inner.counters.round_trip();
+    }
+
+    /// A cold key's plain check's reply (the call sent at `t0`) as the
+    /// answer: its admitted units charged to the front too (at Redis' time
+    /// for a window: the window Redis charged them to), and a denial cached
+    /// as a lease's is (the key is then warm: a key denied is likely checked
+    /// again soon, and those checks are answered locally until the denial's
+    /// `retry_after`, which Redis computed at or after `t0`).
+    pub(crate) fn direct_answer(
+        &self,
+        key: &str,
+        n: u64,
+        t0: u64,
+        r: Result<crate::limit::Reply, Error>,
+    ) -> Result<Verdict, Error> {
+        let inner = &*self.inner;
+        if let Ok(reply) = &r {
+            if reply.decision.allowed {
+                let at = reply.now_us.saturating_mul(1000);
+                inner.front.charge(key, n, at);
+            } else if reply.decision.retry_after_ns > 0 {
+                let e = inner.keys.entry(key, t0);
+                // The denial fields are the flight's to write: skipped while
+                // another check of the key leases (its answer is newer).
+                if let Ok(_flight) = e.flight.try_lock() {
+                    e.deny_cost.store(n, Ordering::Relaxed);
+                    e.deny_until.store(
+                        t0.saturating_add(reply.decision.retry_after_ns),
+                        Ordering::Release,
+                    );
+                };
+            }
+        }
+        inner.remote.answer(key, n, true, r)
+    }
+}
+
+/// Where a check goes when [`HybridLimiter::check_local`] could not answer it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// A cold key: one plain check, as the `redis` backend makes; no lease
+    /// state is kept for it.
+    Direct,
+    /// A warm key: its lease (`seen`: when a cold key was last checked, the
+    /// first sample of its rate).
+    Lease { seen: Option<u64> },
 }
