@@ -465,14 +465,22 @@ fn assert_answer(alg: Algorithm, v: &Verdict, allowed: bool, source: Source) {
 async fn window_negative_cache(alg: Algorithm) {
     // Two processes on one key of 5 a day: one spends them all.
     let (a, b) = two_processes("wneg", alg, Quota::per_day(5));
+    // The first check of a cold key is a plain one, the rest spend leases.
     for _ in 0..5 {
         assert!(a.check("k").await.unwrap().decision.allowed);
     }
-    // Its front limiter knows this process alone used the window: no round trip.
+    // Its front limiter knows this process alone used the window (all but the
+    // plain check's unit, which only Redis counts): the front denies a cost of
+    // 2 without a round trip, a cost of 1 takes one, and is cached.
     let trips = a.stats().round_trips;
-    let v = a.check("k").await.unwrap();
+    let v = a.check_n("k", 2).await.unwrap();
     assert_answer(alg, &v, false, Source::LocalDenial);
     assert_eq!(a.stats().round_trips, trips);
+    let v = a.check("k").await.unwrap();
+    assert_answer(alg, &v, false, Source::Redis);
+    let v = a.check("k").await.unwrap();
+    assert_answer(alg, &v, false, Source::LocalDenial);
+    assert_eq!(a.stats().round_trips, trips + 1);
     // The other asks Redis once, is denied until the day's end, and caches it.
     let v = b.check("k").await.unwrap();
     assert_answer(alg, &v, false, Source::Redis);

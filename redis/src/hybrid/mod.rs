@@ -11,8 +11,8 @@
 //!    passed. (It comes after the lease, so that units leased before a larger
 //!    request was denied still serve smaller ones.)
 //! 3. The **front limiter**, a lock-free `sluicegate` keyed limiter at the full
-//!    quota, charged only with admitted units, denies what this process alone has
-//!    already used up: no round trip. For the buckets it is a token bucket on the
+//!    quota, charged only with units admitted from leases, denies what this
+//!    process alone has already used up: no round trip. For the buckets it is a token bucket on the
 //!    local clock; for the windows it is the same window algorithm
 //!    ([`sluicegate::Fixed`], [`sluicegate::Sliding`]) on this process's estimate of
 //!    Redis time, which is never earlier than Redis time, with every unit recorded
@@ -33,8 +33,12 @@
 //! its lease state (an entry in the key map) would be work and memory for
 //! nothing. So steps 1–3 find no lease for a key checked seldom (a "cold" key)
 //! and it is checked with one plain script call, exactly as the `redis`
-//! backend checks it (its admitted units charged to the front as well), and no
-//! lease state is made for it. A key becomes warm when it is checked again
+//! backend checks it, and no lease state is made for it (unless Redis denies
+//! it: the denial is cached as in step 2). Its units are not charged to the
+//! front, which only counts what leases admitted and is only asked for keys
+//! with lease state: the front may then deny a little later than it could
+//! (a round trip later, after which the negative cache answers), never
+//! earlier. A key becomes warm when it is checked again
 //! within a lease's life ([`HybridConfig::lease_ttl`] for the buckets, the
 //! window for the windows): a fixed sketch of `u32` stamps, one per slot of a
 //! seeded hash (`max_keys / 2` slots, 4 bytes each), remembers when keys
@@ -482,6 +486,7 @@ impl HybridLimiter {
         if n == 0 {
             return Ok(None);
         }
+        // A key without lease state is cold: its units are not in the front.
         let offset = match inner.keys.with(key, |e| {
             (
                 self.local(e, key, n, limit),
@@ -490,7 +495,7 @@ impl HybridLimiter {
         }) {
             Some((Some(v), _)) => return Ok(Some(v)),
             Some((None, offset)) => offset,
-            None => 0,
+            None => return Ok(None),
         };
         let Some(front) = self.front_denial(key, n, offset)? else {
             return Ok(None);
@@ -504,9 +509,9 @@ impl HybridLimiter {
     }
 
     /// The front limiter's denial of `n` units for `key`, if it denies. It only
-    /// ever sees admitted units (it is charged on admission), so it denies exactly
-    /// when this process alone has used the whole quota: a denial Redis would
-    /// give, without asking. A window's front runs on Redis time (local time +
+    /// ever sees admitted units (it is charged when a lease admits), so it
+    /// denies only when this process alone has used the whole quota: a denial
+    /// Redis would give, without asking. A window's front runs on Redis time (local time +
     /// `offset`), known after the key's first lease.
     fn front_denial(&self, key: &str, n: u64, offset: u64) -> Result<Option<Decision>, Error> {
         let inner = &*self.inner;
@@ -547,7 +552,7 @@ impl HybridLimiter {
         }) {
             Some((true, _)) => return true,
             Some((false, offset)) => offset,
-            None => 0,
+            None => return false,
         };
         matches!(self.front_denial(key, n, offset), Ok(Some(_)))
     }
@@ -649,11 +654,11 @@ impl HybridLimiter {
     }
 
     /// A cold key's plain check's reply (the call sent at `t0`) as the
-    /// answer: its admitted units charged to the front too (at Redis' time
-    /// for a window: the window Redis charged them to), and a denial cached
-    /// as a lease's is (the key is then warm: a key denied is likely checked
-    /// again soon, and those checks are answered locally until the denial's
-    /// `retry_after`, which Redis computed at or after `t0`).
+    /// answer, a denial cached as a lease's is (the key is then warm: a key
+    /// denied is likely checked again soon, and those checks are answered
+    /// locally until the denial's `retry_after`, which Redis computed at or
+    /// after `t0`). Its admitted units are not charged to the front: see the
+    /// module docs' "Cold keys".
     pub(crate) fn direct_answer(
         &self,
         key: &str,
@@ -663,10 +668,7 @@ impl HybridLimiter {
     ) -> Result<Verdict, Error> {
         let inner = &*self.inner;
         if let Ok(reply) = &r {
-            if reply.decision.allowed {
-                let at = reply.now_us.saturating_mul(1000);
-                inner.front.charge(key, n, at);
-            } else if reply.decision.retry_after_ns > 0 {
+            if !reply.decision.allowed && reply.decision.retry_after_ns > 0 {
                 let e = inner.keys.entry(key, t0);
                 // The denial fields are the flight's to write: skipped while
                 // another check of the key leases (its answer is newer).
