@@ -197,14 +197,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (Some(a), _) => (a, None),
             (None, Backend::Floor) => {
                 let (a, s) = start_floor(args.server_threads)?;
-                (a, Some(s))
+                (a, Some((s, None)))
             }
             (None, _) => {
-                let (a, s) = start_server(&args, backend)?;
-                (a, Some(s))
+                let (a, http, s) = start_server(&args, backend)?;
+                (a, Some((s, Some(http))))
             }
         };
-        servers.push((backend, addr, server));
+        let metrics = server.as_ref().and_then(|(_, http)| *http);
+        servers.push((backend, addr, metrics, server));
     }
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.client_threads)
@@ -213,12 +214,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let mut closed: Vec<Vec<Measured>> = vec![Vec::new(); servers.len()];
     for _ in 0..args.rounds {
-        for (i, (backend, addr, _)) in servers.iter().enumerate() {
+        for (i, (backend, addr, metrics, _)) in servers.iter().enumerate() {
             let m = measure(
                 &args,
                 &client_rt,
-                *backend,
-                *addr,
+                (*backend, *addr, *metrics),
                 args.rate,
                 redis.as_ref(),
             )?;
@@ -230,15 +230,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.open_loop_half {
         let anchor = servers
             .iter()
-            .position(|(b, _, _)| *b == Backend::Local)
+            .position(|(b, _, _, _)| *b == Backend::Local)
             .unwrap_or(0);
         let rate = median(closed[anchor].iter().map(|m| m.per_sec)) / 2.0;
-        for (backend, addr, _) in &servers {
+        for (backend, addr, metrics, _) in &servers {
             let m = measure(
                 &args,
                 &client_rt,
-                *backend,
-                *addr,
+                (*backend, *addr, *metrics),
                 Some(rate),
                 redis.as_ref(),
             )?;
@@ -271,6 +270,10 @@ struct Measured {
     server_us: Option<f64>,
     /// Redis script calls per decision (`redis`/`hybrid`), and their number.
     redis_calls: Option<(f64, u64)>,
+    /// Decisions the rule's `on_error` made because Redis failed (a timeout,
+    /// or the circuit breaker open after a few): cheap answers that make a
+    /// run's rate incomparable (in-process `redis`/`hybrid` servers).
+    backend_errors: Option<u64>,
 }
 
 impl Measured {
@@ -293,9 +296,12 @@ impl Measured {
         if let Some(c) = self.client_us {
             cpu += &format!(", client {c:.1} us CPU per decision");
         }
-        let calls = self.redis_calls.map_or_else(String::new, |(per, n)| {
+        let mut calls = self.redis_calls.map_or_else(String::new, |(per, n)| {
             format!(", {per:.3} Redis script calls per decision ({n} calls)")
         });
+        if let Some(e) = self.backend_errors {
+            calls += &format!(", {e} answered by on_error (Redis failed)");
+        }
         format!(
             "backend={}{algorithm} distinct={} {mode} concurrency={} connections={}: {:.0} decisions/s, p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us, over_limit {:.1}%, errors {}{cpu}{calls}",
             self.backend.name(),
@@ -312,17 +318,19 @@ impl Measured {
     }
 }
 
-/// One run of `backend` at `addr`: closed loop, or open loop at `rate`.
+/// One run of `backend` at `addr` (its `/metrics` at `metrics`, when in
+/// process): closed loop, or open loop at `rate`.
 fn measure(
     args: &Args,
     client_rt: &tokio::runtime::Runtime,
-    backend: Backend,
-    addr: SocketAddr,
+    (backend, addr, metrics): (Backend, SocketAddr, Option<SocketAddr>),
     rate: Option<f64>,
     redis: Option<&RedisStats>,
 ) -> Result<Measured, Box<dyn std::error::Error>> {
     let redis = redis.filter(|_| matches!(backend, Backend::Redis | Backend::Hybrid));
+    let metrics = metrics.filter(|_| redis.is_some());
     let calls_before = redis.map(RedisStats::script_calls).transpose()?;
+    let errors_before = metrics.map(backend_errors).transpose()?;
     let cpu_before = Cpu::now();
     let (mut m, sent) = client_rt.block_on(run(args, addr, rate))?;
     m.backend = backend;
@@ -340,7 +348,25 @@ fn measure(
         let calls = r.script_calls()?.saturating_sub(before);
         m.redis_calls = Some((calls as f64 / sent.max(1) as f64, calls));
     }
+    if let (Some(at), Some(before)) = (metrics, errors_before) {
+        m.backend_errors = Some(backend_errors(at)?.saturating_sub(before));
+    }
     Ok(m)
+}
+
+/// The server's decisions made by a rule's `on_error` so far (the sum of
+/// `sluicegate_server_rule_backend_errors_total` on its `/metrics`).
+fn backend_errors(http: SocketAddr) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut conn = std::net::TcpStream::connect(http)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: loadgen\r\nConnection: close\r\n\r\n")?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut text)?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("sluicegate_server_rule_backend_errors_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum())
 }
 
 /// The median (0 when empty).
@@ -472,6 +498,22 @@ fn summary(args: &Args, closed: &[Vec<Measured>], open: &[Measured]) -> String {
         } else {
             row
         });
+    }
+    let failed: Vec<String> = closed
+        .iter()
+        .flatten()
+        .chain(open)
+        .filter_map(|m| match m.backend_errors {
+            Some(e) if e > 0 => Some(format!("{} ({e})", m.backend.name())),
+            _ => None,
+        })
+        .collect();
+    if !failed.is_empty() {
+        rows.push(format!(
+            "WARNING: Redis failed in {} run(s), whose decisions on_error made are cheap: those rates are not comparable: {}",
+            failed.len(),
+            failed.join(", ")
+        ));
     }
     if !rows.is_empty() {
         out += "targets:\n";
@@ -631,10 +673,11 @@ fn start_floor(threads: usize) -> Result<(SocketAddr, InProcess), Box<dyn std::e
 
 /// The in-process sluicegate-server of `backend`: its own runtime, stopped when
 /// the returned sender drops.
+/// Its gRPC address, its HTTP (`/metrics`) address, and the server.
 fn start_server(
     args: &Args,
     backend: Backend,
-) -> Result<(SocketAddr, InProcess), Box<dyn std::error::Error>> {
+) -> Result<(SocketAddr, SocketAddr, InProcess), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!(
         "sluicegate-loadgen-{}-{}",
         std::process::id(),
@@ -699,11 +742,12 @@ fn start_server(
     let _ = std::fs::remove_dir_all(&dir);
     let bound = bound?;
     let addr = bound.grpc_addr()?;
+    let http = bound.http_addr()?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     rt.spawn(bound.serve(async move {
         let _ = rx.await;
     }));
-    Ok((addr, (rt, tx)))
+    Ok((addr, http, (rt, tx)))
 }
 
 /// The `p` quantile of sorted nanoseconds, in microseconds (0 when empty).
@@ -835,6 +879,7 @@ async fn run(
         client_us: None,
         server_us: None,
         redis_calls: None,
+        backend_errors: None,
     };
     Ok((measured, sent))
 }
@@ -928,6 +973,7 @@ mod tests {
             client_us: Some(10.0),
             server_us: Some(server_us),
             redis_calls: None,
+            backend_errors: None,
         }
     }
 
@@ -970,7 +1016,8 @@ mod tests {
             ..run_of(b, per_sec, 10.0, 500.0)
         };
         let redis = vec![with_calls(Backend::Redis, 1000.0, 1.0)];
-        let hybrid = vec![with_calls(Backend::Hybrid, 950.0, 0.08)];
+        let mut hybrid = vec![with_calls(Backend::Hybrid, 950.0, 0.08)];
+        hybrid[0].backend_errors = Some(0);
         let args = parse(&[
             "--backend",
             "redis,hybrid",
@@ -989,6 +1036,13 @@ mod tests {
             text.contains(
                 "hybrid decisions without a round trip: 92.0% (target >= 90% at 1,000 values): met"
             ),
+            "{text}"
+        );
+        assert!(!text.contains("WARNING"), "{text}");
+        hybrid[0].backend_errors = Some(12);
+        let text = summary(&args, &[redis.clone(), hybrid.clone()], &[]);
+        assert!(
+            text.contains("WARNING: Redis failed in 1 run(s)") && text.contains("hybrid (12)"),
             "{text}"
         );
         // At 100,000 values the share is reported, with no target.
