@@ -10,10 +10,13 @@
 //! runtime, `--server-threads` workers) with one per-second limit keyed by the
 //! descriptor value; `--distinct` values are cycled through. `--rate` switches from
 //! closed loop (as fast as answers come back) to an open loop at that many requests
-//! per second. Latency is measured from the moment each request is sent; in open
-//! loop the lag of sends behind their schedule (tokio's timer has 1 ms
-//! granularity, and a saturated client falls behind) is reported apart, so that
-//! coordinated omission shows instead of hiding.
+//! per second: a pacer thread (the kernel's high-resolution sleeps: tokio's
+//! timer has 1 ms granularity, and would send each millisecond's requests in
+//! one burst) releases one request every `1/rate` s, each on its own task, with
+//! no cap on requests in flight. Latency is measured from the moment each
+//! request is sent; in open loop the lag of sends behind their schedule (a
+//! saturated client falls behind) is reported apart, so that coordinated
+//! omission shows instead of hiding.
 //!
 //! CPU per decision is split: the client's (its runtime's threads, named
 //! `loadgen-client`, and the main thread) and the in-process server's (every
@@ -210,6 +213,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.client_threads)
         .thread_name(CLIENT_THREADS)
+        // The open loop's pacer is a blocking thread of this runtime: kept,
+        // so that its CPU stays counted as the client's between runs.
+        .thread_keep_alive(Duration::from_secs(24 * 3600))
         .enable_all()
         .build()?;
     let mut closed: Vec<Vec<Measured>> = vec![Vec::new(); servers.len()];
@@ -797,42 +803,29 @@ async fn run(
     }
     let warmup = Duration::from_millis(500);
     let measure = Duration::from_secs_f64(args.seconds);
+    if let Some(rate) = rate {
+        return run_open(args, &channels, rate, warmup, measure).await;
+    }
     let start = Instant::now() + Duration::from_millis(50);
-    let per_task_interval = rate.map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
     let mut tasks = Vec::with_capacity(args.concurrency);
     for t in 0..args.concurrency {
         let mut client = RateLimitServiceClient::new(channels[t % channels.len()].clone());
         let distinct = args.distinct;
-        let phase = t as f64 / args.concurrency as f64;
         tasks.push(tokio::spawn(async move {
             let mut res = TaskResult {
                 latencies_ns: Vec::with_capacity(1 << 16),
-                lag_ns: Vec::new(),
+                lag_ns: Vec::new(), // open loop only
                 over: 0,
                 errors: 0,
                 sent: 0,
             };
-            // Spread the tasks' first values and, in open loop, their start times.
+            // Spread the tasks' first values.
             let mut i = (t as u64).wrapping_mul(7919) % distinct;
-            let mut next = start + per_task_interval.map_or(Duration::ZERO, |iv| iv.mul_f64(phase));
             let end = start + warmup + measure;
             loop {
-                let scheduled = match per_task_interval {
-                    Some(iv) => {
-                        let scheduled = next;
-                        tokio::time::sleep_until(scheduled.into()).await;
-                        next += iv;
-                        Some(scheduled)
-                    }
-                    None => None,
-                };
                 let sent = Instant::now();
-                if scheduled.unwrap_or(sent) >= end {
+                if sent >= end {
                     break;
-                }
-                if let Some(s) = scheduled.filter(|_| sent >= start + warmup) {
-                    res.lag_ns
-                        .push(u64::try_from((sent - s).as_nanos()).unwrap_or(u64::MAX));
                 }
                 let answer = client.should_rate_limit(request(i)).await;
                 let done = Instant::now();
@@ -852,28 +845,26 @@ async fn run(
             res
         }));
     }
-    let (mut all, mut lag) = (Vec::new(), Vec::new());
+    let mut all = Vec::new();
     let (mut over, mut errors, mut sent) = (0, 0, 0);
     for t in tasks {
         let r = t.await?;
         sent += r.sent;
         all.extend(r.latencies_ns);
-        lag.extend(r.lag_ns);
         over += r.over;
         errors += r.errors;
     }
     all.sort_unstable();
-    lag.sort_unstable();
     let n = all.len() as u64;
     let pct = |p: f64| percentile_us(&all, p);
     let measured = Measured {
         backend: Backend::Local,
-        rate,
+        rate: None,
         per_sec: n as f64 / measure.as_secs_f64(),
         p50_us: pct(0.50),
         p99_us: pct(0.99),
         p999_us: pct(0.999),
-        lag_us: rate.map(|_| (percentile_us(&lag, 0.5), percentile_us(&lag, 0.99))),
+        lag_us: None,
         over_pct: 100.0 * over as f64 / n.max(1) as f64,
         errors,
         client_us: None,
@@ -882,6 +873,110 @@ async fn run(
         backend_errors: None,
     };
     Ok((measured, sent))
+}
+
+/// The open loop at `rate`: a pacer (a plain thread, whose sleeps are the
+/// kernel's high-resolution timers, not tokio's 1 ms wheel, which would send
+/// each millisecond's requests in one burst) releases a request every
+/// `1/rate` s, and each goes out on its own task (no cap on requests in
+/// flight), round robin over the connections, cycling through the values.
+/// Latency is from the send; the lag of each send behind its schedule (the
+/// pacer's and the client runtime's delays) is reported apart.
+async fn run_open(
+    args: &Args,
+    channels: &[Channel],
+    rate: f64,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<(Measured, u64), Box<dyn std::error::Error>> {
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = Instant::now() + Duration::from_millis(50);
+    let end = start + warmup + measure;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
+    let pacer = tokio::task::spawn_blocking(move || {
+        for k in 0u64.. {
+            let at = start + interval.mul_f64(k as f64);
+            if at >= end {
+                break;
+            }
+            let now = Instant::now();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+            if tx.send((k, at)).is_err() {
+                break;
+            }
+        }
+    });
+    let clients: Vec<_> = channels
+        .iter()
+        .map(|c| RateLimitServiceClient::new(c.clone()))
+        .collect();
+    let mut res = TaskResult {
+        latencies_ns: Vec::with_capacity(1 << 16),
+        lag_ns: Vec::with_capacity(1 << 16),
+        over: 0,
+        errors: 0,
+        sent: 0,
+    };
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let record = |res: &mut TaskResult, r: (Instant, Instant, Instant, Option<bool>)| {
+        let (scheduled, sent, done, over) = r;
+        res.sent += 1;
+        if sent < start + warmup {
+            return;
+        }
+        res.lag_ns.push(ns(sent - scheduled));
+        res.latencies_ns.push(ns(done - sent));
+        match over {
+            Some(true) => res.over += 1,
+            Some(false) => {}
+            None => res.errors += 1,
+        }
+    };
+    let mut flying = tokio::task::JoinSet::new();
+    let distinct = args.distinct;
+    while let Some((k, scheduled)) = rx.recv().await {
+        let mut client = clients[k as usize % clients.len()].clone();
+        flying.spawn(async move {
+            let sent = Instant::now();
+            let answer = client.should_rate_limit(request(k % distinct)).await;
+            let over = answer
+                .ok()
+                .map(|r| r.get_ref().overall_code == Code::OverLimit as i32);
+            (scheduled, sent, Instant::now(), over)
+        });
+        while let Some(done) = flying.try_join_next() {
+            record(&mut res, done?);
+        }
+    }
+    while let Some(done) = flying.join_next().await {
+        record(&mut res, done?);
+    }
+    pacer.await?;
+    res.latencies_ns.sort_unstable();
+    res.lag_ns.sort_unstable();
+    let n = res.latencies_ns.len() as u64;
+    let pct = |p: f64| percentile_us(&res.latencies_ns, p);
+    let measured = Measured {
+        backend: Backend::Local,
+        rate: Some(rate),
+        per_sec: n as f64 / measure.as_secs_f64(),
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
+        lag_us: Some((
+            percentile_us(&res.lag_ns, 0.5),
+            percentile_us(&res.lag_ns, 0.99),
+        )),
+        over_pct: 100.0 * res.over as f64 / n.max(1) as f64,
+        errors: res.errors,
+        client_us: None,
+        server_us: None,
+        redis_calls: None,
+        backend_errors: None,
+    };
+    Ok((measured, res.sent))
 }
 
 #[cfg(test)]
