@@ -991,6 +991,29 @@ mod tests {
     }
 
     #[test]
+    fn the_open_loop_sends_at_its_rate_spread_over_time() {
+        // 2,000/s for 0.5 s of warm-up and 0.5 s measured, against the floor.
+        let (addr, _floor) = start_floor(1).expect("floor");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let args = parse(&["--seconds", "0.5", "--rate", "2000"]).expect("flags");
+        let (m, sent) = rt.block_on(run(&args, addr, args.rate)).expect("run");
+        // One request per 500 us from the start: 2,000 in the second (the
+        // last scheduled at the end is not sent), 1,000 of them measured.
+        assert_eq!(sent, 2000);
+        assert!((995.0..=1005.0).contains(&(m.per_sec / 2.0)), "{m:?}");
+        assert_eq!(m.errors, 0);
+        // Spread, not sent a millisecond's worth at once: one request is then
+        // alone on the connection, and the median send is on time to within
+        // a few timer slacks (tokio's 1 ms timer put the median 500 us late).
+        let (lag_p50, _) = m.lag_us.expect("open loop");
+        assert!(lag_p50 < 400.0, "{m:?}");
+    }
+
+    #[test]
     fn flags_list_backends_and_refuse_what_cannot_run() {
         let a = parse(&[
             "--backend",
