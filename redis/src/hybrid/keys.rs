@@ -3,7 +3,7 @@
 //! "Cold keys"), and the hit counters, striped per thread.
 
 use core::hash::BuildHasher;
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -130,40 +130,60 @@ const SEEN_SHIFT: u32 = 16;
 /// The longest span [`Seen::touch`] tells apart: half the stamps' wrap.
 pub(crate) const SEEN_SPAN_MAX: u64 = (1u64 << 31) << SEEN_SHIFT;
 
-/// When keys were last checked, in a fixed table of `u32` stamps indexed by a
-/// seeded hash of the key (lossy: keys sharing a slot share a stamp). It tells a
-/// key checked again within a lease's life (worth a lease) from one seen
-/// seldom (a lease of it would be one round trip per check anyway), without
-/// keeping lease state for the seldom ones. A collision only makes a cold key
-/// look warm: it then takes the lease path, which is always exact.
+/// When keys were last checked: a fixed table of slots indexed by a seeded
+/// hash of the key, each the last key's 32-bit tag (more bits of its hash) and
+/// a `u32` stamp. It tells a key checked again within a lease's life (worth a
+/// lease) from one seen seldom (a lease of it would be one round trip per
+/// check anyway), without keeping lease state for the seldom ones. Keys that
+/// share a slot overwrite each other's stamps; the tag tells which key stamped
+/// it, so a key never takes another's time for its own.
 pub(crate) struct Seen {
-    stamps: Box<[AtomicU32]>,
+    slots: Box<[AtomicU64]>,
     hasher: DefaultHashBuilder,
 }
 
+/// What [`Seen::touch`] found in a key's slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Last {
+    /// Nothing within the span: the key is cold.
+    Cold,
+    /// This key, at this time (ns), within the span.
+    This(u64),
+    /// Another key sharing the slot, within the span: whether this key was
+    /// checked recently is not known.
+    Other,
+}
+
 impl Seen {
-    /// A sketch of `slots` stamps (rounded up to a power of two, at least 256).
+    /// A sketch of `slots` slots (rounded up to a power of two, at least 256),
+    /// 8 bytes each.
     pub(crate) fn new(slots: usize) -> Self {
         let n = slots.clamp(256, 1 << 22).next_power_of_two();
         Self {
-            stamps: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
             hasher: DefaultHashBuilder::default(),
         }
     }
 
-    /// Records that `key` is checked at `now` (ns), and answers when it was
-    /// last seen before, if that was within `span` ns (at most
-    /// [`SEEN_SPAN_MAX`]): the ns of that stamp, at most `now`.
-    pub(crate) fn touch(&self, key: &str, now: u64, span: u64) -> Option<u64> {
-        let slot = &self.stamps[self.hasher.hash_one(key) as usize & (self.stamps.len() - 1)];
+    /// Records that `key` is checked at `now` (ns), and answers who was
+    /// checked last in its slot within `span` ns (at most [`SEEN_SPAN_MAX`]).
+    pub(crate) fn touch(&self, key: &str, now: u64, span: u64) -> Last {
+        let h = self.hasher.hash_one(key);
+        let slot = &self.slots[h as usize & (self.slots.len() - 1)];
+        let tag = h >> 32;
         // 0 is "never": a stamp is at least 1.
         let stamp = ((now >> SEEN_SHIFT) as u32).max(1);
-        let last = slot.swap(stamp, Ordering::Relaxed);
-        if last == 0 {
-            return None;
+        let last = slot.swap(tag << 32 | u64::from(stamp), Ordering::Relaxed);
+        let last_stamp = last as u32;
+        if last_stamp == 0 {
+            return Last::Cold;
         }
-        let ago = u64::from(stamp.wrapping_sub(last)) << SEEN_SHIFT;
-        (ago < SEEN_SPAN_MAX && ago <= span).then(|| now.saturating_sub(ago))
+        let ago = u64::from(stamp.wrapping_sub(last_stamp)) << SEEN_SHIFT;
+        match (ago < SEEN_SPAN_MAX && ago <= span, last >> 32 == tag) {
+            (false, _) => Last::Cold,
+            (true, true) => Last::This(now.saturating_sub(ago)),
+            (true, false) => Last::Other,
+        }
     }
 }
 
@@ -176,31 +196,55 @@ mod tests {
     #[test]
     fn a_key_is_warm_when_seen_again_within_the_span() {
         let s = Seen::new(1 << 10);
-        assert_eq!(s.touch("a", 10 * MS, 500 * MS), None, "never seen");
-        let at = s.touch("a", 300 * MS, 500 * MS).expect("seen 290 ms ago");
+        assert_eq!(s.touch("a", 10 * MS, 500 * MS), Last::Cold, "never seen");
+        let Last::This(at) = s.touch("a", 300 * MS, 500 * MS) else {
+            panic!("seen 290 ms ago")
+        };
         // Stamps are 65.5 µs apart: the time it was seen, to within one.
         assert!(at >= 10 * MS && at - 10 * MS < 1 << SEEN_SHIFT, "{at}");
-        assert_eq!(s.touch("a", 900 * MS, 500 * MS), None, "600 ms: cold again");
-        assert!(s.touch("a", 901 * MS, 500 * MS).is_some());
+        assert_eq!(
+            s.touch("a", 900 * MS, 500 * MS),
+            Last::Cold,
+            "600 ms: cold again"
+        );
+        assert!(matches!(s.touch("a", 901 * MS, 500 * MS), Last::This(_)));
+    }
+
+    #[test]
+    fn a_key_sharing_a_slot_never_takes_the_others_time() {
+        // One slot... of 256: the 257 keys below share slots.
+        let s = Seen::new(1);
+        let keys: Vec<String> = (0..257).map(|i| format!("k{i}")).collect();
+        let mut others = 0;
+        for (i, k) in keys.iter().enumerate() {
+            match s.touch(k, 10 * MS + i as u64, 500 * MS) {
+                Last::Cold => {}
+                Last::Other => others += 1,
+                Last::This(_) => panic!("{k} was never checked before"),
+            }
+        }
+        // By pigeonhole at least one key found another's stamp.
+        assert!(others >= 1);
+        assert!(matches!(s.touch("k256", 20 * MS, 500 * MS), Last::This(_)));
     }
 
     #[test]
     fn a_stamp_from_past_half_the_wrap_or_the_future_is_cold() {
         let s = Seen::new(256);
         let t = 5 * MS;
-        assert_eq!(s.touch("k", t, u64::MAX), None);
+        assert_eq!(s.touch("k", t, u64::MAX), Last::Cold);
         // Past half the wrap (1.6 days): too old to tell, so cold.
         assert_eq!(
             s.touch("k", t + SEEN_SPAN_MAX + (1 << SEEN_SHIFT), u64::MAX),
-            None
+            Last::Cold
         );
         let later = t + SEEN_SPAN_MAX + 10 * MS;
-        assert!(s.touch("k", later, u64::MAX).is_some());
+        assert!(matches!(s.touch("k", later, u64::MAX), Last::This(_)));
         // A clock read before the stamp (another thread's later read won the
         // slot): a stamp from the future is no evidence.
-        assert_eq!(s.touch("k", later - MS, u64::MAX), None);
+        assert_eq!(s.touch("k", later - MS, u64::MAX), Last::Cold);
         // u64 extremes do not overflow.
-        assert_eq!(s.touch("x", u64::MAX, u64::MAX), None);
-        assert!(s.touch("x", u64::MAX, u64::MAX).is_some());
+        assert_eq!(s.touch("x", u64::MAX, u64::MAX), Last::Cold);
+        assert!(matches!(s.touch("x", u64::MAX, u64::MAX), Last::This(_)));
     }
 }

@@ -247,6 +247,7 @@ impl HybridLimiter {
             Err(err) => return Err(err),
         };
         let (expires, window_end, offset) = self.expiry(t0, &r);
+        inner.note_offset(offset);
         if r.decision.allowed && r.granted >= n {
             let left = r.granted - n;
             e.store_lease(left, expires, window_end, offset);
@@ -317,8 +318,7 @@ impl HybridLimiter {
         let safe = left - (left >> DRIFT_SHIFT);
         let expires = t0.saturating_add(safe);
         let end = now_ns.saturating_add(window_left_ns(r.now_us, w));
-        let offset = now_ns.saturating_add(999).saturating_sub(t0).max(1);
-        (expires, end, offset)
+        (expires, end, redis_offset(t0, r))
     }
 
     /// How many units the next lease of `e` asks for, for a check of `n` at
@@ -356,7 +356,16 @@ impl HybridLimiter {
             // A window's units are charged to it whenever they are spent, and
             // expire with it: lease what the key is expected to spend before
             // the window ends (Redis time estimated late: the time left, low).
-            let redis_now = now.saturating_add(e.offset.load(Ordering::Relaxed));
+            // A warm key's first lease has no offset of its own yet: the
+            // limiter's last one (the cold check's reply set it).
+            let offset = match e.offset.load(Ordering::Relaxed) {
+                0 => inner.redis_offset.load(Ordering::Relaxed),
+                o => o,
+            };
+            if offset == 0 {
+                return n; // no Redis time known: no place in the window
+            }
+            let redis_now = now.saturating_add(offset);
             inner.window_ns - redis_now % inner.window_ns
         };
         // A quarter more (`HEADROOM`): what is left over when the lease ends
@@ -383,6 +392,13 @@ impl HybridLimiter {
         e.rate.store(rate.to_bits(), Ordering::Relaxed);
         rate
     }
+}
+
+/// Redis time minus local time, rounded up, for a reply to a call sent at
+/// local `t0`: local `t` is no later than Redis time `t + offset` (at least 1).
+pub(crate) fn redis_offset(t0: u64, r: &Reply) -> u64 {
+    let now_ns = r.now_us.saturating_mul(1000);
+    now_ns.saturating_add(999).saturating_sub(t0).max(1)
 }
 
 pub(crate) fn nanos(d: Duration) -> u64 {

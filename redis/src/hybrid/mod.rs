@@ -12,8 +12,8 @@
 //!    request was denied still serve smaller ones.)
 //! 3. The **front limiter**, a lock-free `sluicegate` keyed limiter at the full
 //!    quota, charged only with units admitted from leases, denies what this
-//!    process alone has already used up: no round trip. For the buckets it is a token bucket on the
-//!    local clock; for the windows it is the same window algorithm
+//!    process alone has already used up: no round trip. For the buckets it is
+//!    a token bucket on the local clock; for the windows it is the same window algorithm
 //!    ([`sluicegate::Fixed`], [`sluicegate::Sliding`]) on this process's estimate of
 //!    Redis time, which is never earlier than Redis time, with every unit recorded
 //!    in the window Redis charged it to. So it counts, per window, no more than
@@ -40,13 +40,16 @@
 //! (a round trip later, after which the negative cache answers), never
 //! earlier. A key becomes warm when it is checked again
 //! within a lease's life ([`HybridConfig::lease_ttl`] for the buckets, the
-//! window for the windows): a fixed sketch of `u32` stamps, one per slot of a
-//! seeded hash (`max_keys / 2` slots, 4 bytes each), remembers when keys
-//! without lease state were last checked. A warm key's first lease is sized
-//! from that gap (one unit over it), and it stays warm while its lease lives,
-//! a denial is cached, or its last lease is less than a lease's life old. Two
-//! keys sharing a slot can make a cold key look warm: it then takes the lease
-//! path, which is exact too. So at 100,000 keys each checked every few seconds
+//! window for the windows): a fixed sketch of slots chosen by a seeded hash
+//! (`max_keys / 2` slots, 8 bytes each), each the last key's 32-bit tag and a
+//! `u32` stamp, remembers when keys without lease state were last checked. A
+//! warm key's first lease is sized from that gap (one unit over it; for a
+//! window, placed in its window by the limiter's last Redis time), and it
+//! stays warm while its lease lives, a denial is cached, or its last lease is
+//! under two lease lives old. A key that finds another key's recent stamp in
+//! its slot may be warm or not: it takes the lease path (exact too), its first
+//! lease unsized, so that two keys sharing a slot never stay cold together and
+//! never size a lease from each other's times. So at 100,000 keys each checked every few seconds
 //! hybrid makes the same call per check as the `redis` backend, and at 1,000
 //! keys checked many times a lease's life every key is warm.
 //!
@@ -110,8 +113,9 @@
 //!
 //! # Accuracy bound
 //! Every admitted unit was charged on Redis, by the script that decides a plain
-//! check, before it was admitted (when it was leased); the front limiter and the
-//! negative cache only deny. The bounds below hold **for the whole fleet** (all
+//! check, before it was admitted (when it was leased, or by a cold key's plain
+//! check itself, which is the `redis` backend's exact decision); the front
+//! limiter and the negative cache only deny. The bounds below hold **for the whole fleet** (all
 //! processes sharing the Redis key together), per key; over-admission, per
 //! algorithm:
 //!
@@ -175,7 +179,7 @@ use crate::verdict::{Source, Verdict};
 
 use batch::Batch;
 use front::Front;
-use keys::{Counters, KeyMap, Seen, SEEN_SPAN_MAX};
+use keys::{Counters, KeyMap, Last, Seen, SEEN_SPAN_MAX};
 use lease::{nanos, UNITS};
 
 /// Settings of a [`HybridLimiter`].
@@ -294,9 +298,20 @@ struct HybridInner {
     /// A key checked again within this long is warm (ns): a bucket's lease
     /// TTL, a window's length.
     warm_span: u64,
+    /// Windows: Redis time minus local time at the last reply (ns, as a
+    /// lease's offset; 0: none yet). It places a warm key's first lease in
+    /// its window (its size: the demand until the window's end).
+    redis_offset: core::sync::atomic::AtomicU64,
 }
 
 impl HybridInner {
+    /// Records a reply's Redis-time offset (windows).
+    fn note_offset(&self, offset: u64) {
+        if self.window_ns != 0 {
+            self.redis_offset.store(offset, Ordering::Relaxed);
+        }
+    }
+
     fn now(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos())
             .unwrap_or(u64::MAX)
@@ -361,6 +376,7 @@ impl HybridLimiter {
                     limit.params.window_ns
                 }
                 .min(SEEN_SPAN_MAX),
+                redis_offset: Default::default(),
             }),
         })
     }
@@ -608,8 +624,11 @@ impl HybridLimiter {
             return Route::Lease { seen: None };
         }
         match inner.seen.touch(key, now, inner.warm_span) {
-            None => Route::Direct,
-            seen => Route::Lease { seen },
+            Last::Cold => Route::Direct,
+            Last::This(at) => Route::Lease { seen: Some(at) },
+            // Maybe warm: leased, its first lease unsized (another key's
+            // time is no sample of this one's rate).
+            Last::Other => Route::Lease { seen: None },
         }
     }
 
@@ -668,6 +687,7 @@ impl HybridLimiter {
     ) -> Result<Verdict, Error> {
         let inner = &*self.inner;
         if let Ok(reply) = &r {
+            inner.note_offset(lease::redis_offset(t0, reply));
             if !reply.decision.allowed && reply.decision.retry_after_ns > 0 {
                 let e = inner.keys.entry(key, t0);
                 // The denial fields are the flight's to write: skipped while
