@@ -43,8 +43,10 @@
 //! window for the windows): a fixed sketch of slots chosen by a seeded hash
 //! (`max_keys / 2` slots, 8 bytes each), each the last key's 32-bit tag and a
 //! `u32` stamp, remembers when keys without lease state were last checked. A
-//! warm key's first lease is sized from that gap (one unit over it; for a
-//! window, placed in its window by the limiter's last Redis time), and it
+//! key's first lease once it turns warm (new, or back after going cold: its
+//! older history, read over the quiet gap, would size its leases small until
+//! relearnt) is sized from that gap alone (one unit over it; for a window,
+//! placed in its window by the limiter's last Redis time), and it
 //! stays warm while its lease lives, a denial is cached, or its last lease is
 //! under two lease lives old. A key that finds another key's recent stamp in
 //! its slot may be warm or not: it takes the lease path (exact too), its first
