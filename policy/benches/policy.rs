@@ -5,7 +5,8 @@
 //! (`10.a.b.0/24`), each set with one global rule: a request matches 2 rules.
 //!
 //! The same 20-rule check through the async API (`check_n_at_into_async`,
-//! polled once) shows what the async path costs a policy without remote rules.
+//! polled once) shows what the async path costs a policy without remote rules,
+//! and with `--features shared` in a shared-memory region (`[shared]`).
 //!
 //! `cargo bench -p sluicegate-policy --bench policy -- --warm-up-time 1 --measurement-time 3`
 
@@ -86,6 +87,30 @@ fn bench(c: &mut Criterion) {
             black_box(ready && d.allowed())
         })
     });
+    // With `--features shared`: the same rules with their keyed state in a
+    // shared-memory region (`[shared]`), whose keys hash as text.
+    #[cfg(feature = "shared")]
+    {
+        let path = std::env::temp_dir().join(format!("sg-bench-policy-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let shared = format!("[shared]\npath = \"{}\"\n\n{}", path.display(), rules());
+        let policy = Policy::from_toml(&shared).unwrap();
+        g.bench_function("policy 20 rules, 3 match, shared region", |b| {
+            b.iter(|| {
+                i = (i + 1) & 1023;
+                now += 1_000;
+                let attrs = [
+                    ("ip", ips[i].as_str()),
+                    ("path", "/api/items"),
+                    ("method", "GET"),
+                ];
+                policy.check_n_at_into(&attrs, 1, now, &mut d);
+                black_box(d.allowed())
+            })
+        });
+        drop(policy);
+        let _ = std::fs::remove_file(&path);
+    }
     g.finish();
 }
 

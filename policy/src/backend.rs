@@ -244,13 +244,15 @@ impl Limiter {
 
     /// Checks (`consume`, writing into `receipt` what a local limiter took) or
     /// peeks at `n` units for `key` (local keyed tables hash it with their own
-    /// secret seed) or `text_key()` (shared backends, which keep no receipts).
+    /// secret seed) or the text `text_key` appends to a buffer (a keyed table
+    /// in a shared region, hashed with the region's hash from a reused buffer;
+    /// shared backends, which keep no receipts).
     /// `receipt` is written only by a check of a limiter that [`Self::can_refund`]
     /// (and by an `on_error = "local"` fallback, which is not refunded).
     pub(crate) fn run<K: Hash + ?Sized>(
         &self,
         key: &K,
-        text_key: impl FnOnce() -> String,
+        text_key: impl FnOnce(&mut String),
         n: u64,
         now: u64,
         consume: bool,
@@ -270,7 +272,7 @@ impl Limiter {
                 local,
                 limit,
             } => {
-                let text = text_key();
+                let text = owned(text_key);
                 let answer = remote.check_n(&text, n, consume);
                 let fallback = (*on_error, local.as_deref(), *limit);
                 remote_answer(answer, fallback, (key, text), (n, now), consume, receipt)
@@ -283,7 +285,7 @@ impl Limiter {
     pub(crate) async fn run_async<K: Hash + ?Sized>(
         &self,
         key: &K,
-        text_key: impl FnOnce() -> String,
+        text_key: impl FnOnce(&mut String),
         n: u64,
         now: u64,
         consume: bool,
@@ -296,7 +298,7 @@ impl Limiter {
                 local,
                 limit,
             } => {
-                let text = text_key();
+                let text = owned(text_key);
                 let answer = remote.check_n_async(&text, n, consume).await;
                 let fallback = (*on_error, local.as_deref(), *limit);
                 remote_answer(answer, fallback, (key, text), (n, now), consume, receipt)
@@ -307,10 +309,10 @@ impl Limiter {
 
     /// Whether a check of `n` units may wait for a shared backend (see
     /// [`RemoteLimiter::answers_locally`]); local limiters never wait.
-    pub(crate) fn may_wait(&self, text_key: impl FnOnce() -> String, n: u64) -> bool {
+    pub(crate) fn may_wait(&self, text_key: impl FnOnce(&mut String), n: u64) -> bool {
         match self {
             #[allow(deprecated, reason = "the deprecated `Policy::may_wait_n` asks it")]
-            Limiter::Remote { remote, .. } => !remote.answers_locally(&text_key(), n),
+            Limiter::Remote { remote, .. } => !remote.answers_locally(&owned(text_key), n),
             _ => false,
         }
     }
@@ -408,9 +410,19 @@ fn remote_answer<K: Hash + ?Sized>(
     };
     match (on_error, local) {
         (OnError::Open, _) => Ok(fallback(d(true))),
-        (OnError::Local, Some(l)) => match l.run(key, || text, n, now, consume, receipt)? {
-            Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
-        },
+        (OnError::Local, Some(l)) => {
+            match l.run(key, |out| out.push_str(&text), n, now, consume, receipt)? {
+                Answer::Decided(o) | Answer::Fallback(o) => Ok(Answer::Fallback(o)),
+            }
+        }
         _ => Ok(fallback(d(false))),
     }
+}
+
+/// The text `write` appends, as an owned string (a shared backend keeps it,
+/// or hands it to another thread).
+fn owned(write: impl FnOnce(&mut String)) -> String {
+    let mut text = String::new();
+    write(&mut text);
+    text
 }

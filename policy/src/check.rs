@@ -94,10 +94,10 @@ impl<L: Lookup + ?Sized> Ctx<'_, L> {
         let key = self.key(rule);
         let (l, n, now) = (&rule.limiter, self.n, self.now);
         let answer = if self.wait {
-            l.run_async(&key, || key.text(), n, now, consume, receipt)
+            l.run_async(&key, |out| key.write_text(out), n, now, consume, receipt)
                 .await
         } else {
-            l.run(&key, || key.text(), n, now, consume, receipt)
+            l.run(&key, |out| key.write_text(out), n, now, consume, receipt)
         };
         match answer {
             Ok(Answer::Decided(o)) => (o, false),
@@ -258,7 +258,7 @@ fn may_wait_with<L: Lookup + ?Sized>(
             continue;
         }
         let remote = rule.limiter.is_remote();
-        if remote && rule.limiter.may_wait(|| cx.key(rule).text(), n) {
+        if remote && rule.limiter.may_wait(|out| cx.key(rule).write_text(out), n) {
             return true;
         }
         if rule.enforce {

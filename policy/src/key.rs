@@ -121,16 +121,9 @@ impl<L: Lookup + ?Sized> Hash for KeyRef<'_, L> {
 }
 
 impl<L: Lookup + ?Sized> KeyRef<'_, L> {
-    /// The key as text, the same in every process (for shared backends): the
+    /// Appends the key as text, the same in every process (for shared backends): the
     /// parts joined by `|`, each `|` and `\` in a value escaped with `\`, an absent
     /// attribute as `\0`, addresses in their canonical form (IPv6 cut to the prefix).
-    pub(crate) fn text(&self) -> String {
-        let mut out = String::new();
-        self.write_text(&mut out);
-        out
-    }
-
-    /// [`Self::text`] appended to `out`.
     pub(crate) fn write_text(&self, out: &mut String) {
         for (n, &i) in self.idx.iter().enumerate() {
             if n > 0 {
@@ -198,7 +191,11 @@ mod tests {
                 idx: &[0, 1],
                 ipv6_prefix: 64,
             };
-            (s.hash_one(&r), r.text())
+            (s.hash_one(&r), {
+                let mut t = String::new();
+                r.write_text(&mut t);
+                t
+            })
         };
         let a = k(&[("ip", "2001:db8::1"), ("tenant", "x")]);
         let b = k(&[("ip", "2001:db8::ffff"), ("tenant", "x")]);

@@ -20,6 +20,12 @@ use std::hash::Hash;
 use sluicegate::keyed::{AnyKeyed, Pool};
 use sluicegate::{InsufficientCapacity, Outcome, Receipt, Spec, SpecError};
 
+std::thread_local! {
+    /// A key's text, written for a table in a shared region to hash: one
+    /// buffer per thread, reused.
+    static TEXT: core::cell::RefCell<String> = const { core::cell::RefCell::new(String::new()) };
+}
+
 pub(crate) struct KeyedTable {
     table: AnyKeyed<()>,
     /// The pool, when its memory hashes keys' text (shared memory).
@@ -47,17 +53,20 @@ impl KeyedTable {
     pub(crate) fn run<K: Hash + ?Sized>(
         &self,
         key: &K,
-        text: impl FnOnce() -> String,
+        text: impl FnOnce(&mut String),
         n: u64,
         now: u64,
         consume: bool,
         receipt: &mut Receipt,
     ) -> Result<Outcome, InsufficientCapacity> {
-        if let Some(h) = self
-            .by_text
-            .as_ref()
-            .and_then(|p| p.key_hash(text().as_bytes()))
-        {
+        if let Some(h) = self.by_text.as_ref().and_then(|p| {
+            // The key's text in this thread's buffer: no allocation per check.
+            TEXT.with_borrow_mut(|buf| {
+                buf.clear();
+                text(buf);
+                p.key_hash(buf.as_bytes())
+            })
+        }) {
             return if consume {
                 self.table.check_n_at_hashed_receipt(h, n, now, receipt)
             } else {
@@ -108,7 +117,14 @@ mod tests {
         for round in 0..2 {
             for k in 0..200u64 {
                 let allowed = t
-                    .run(&k, || k.to_string(), 1, round, true, &mut r)
+                    .run(
+                        &k,
+                        |out| out.push_str(&k.to_string()),
+                        1,
+                        round,
+                        true,
+                        &mut r,
+                    )
                     .unwrap()
                     .decision
                     .allowed;
@@ -122,7 +138,14 @@ mod tests {
         let later = 200_000_000_000;
         let allowed = |consume: bool, r: &mut Receipt| {
             let outcome = t
-                .run(&fresh, || fresh.to_string(), 1, later, consume, r)
+                .run(
+                    &fresh,
+                    |out| out.push_str(&fresh.to_string()),
+                    1,
+                    later,
+                    consume,
+                    r,
+                )
                 .unwrap();
             outcome.decision.allowed
         };
