@@ -129,10 +129,14 @@ impl KeyMap {
 const SEEN_SHIFT: u32 = 16;
 /// The longest span [`Seen::touch`] tells apart: half the stamps' wrap.
 pub(crate) const SEEN_SPAN_MAX: u64 = (1u64 << 31) << SEEN_SHIFT;
+/// A slot's key tag (31 bits of the key's hash, above the stamp).
+const TAG: u64 = (1 << 31) - 1;
+/// A slot's top bit: its key turned warm and left it to any other.
+const RELEASED: u64 = 1 << 63;
 
 /// When keys were last checked: a fixed table of slots indexed by a seeded
-/// hash of the key, each the last key's 32-bit tag (more bits of its hash) and
-/// a `u32` stamp. It tells a key checked again within a lease's life (worth a
+/// hash of the key, each the last key's 31-bit tag (more bits of its hash), a
+/// released bit and a `u32` stamp. It tells a key checked again within a lease's life (worth a
 /// lease) from one seen seldom (a lease of it would be one round trip per
 /// check anyway), without keeping lease state for the seldom ones. Keys that
 /// share a slot overwrite each other's stamps; the tag tells which key stamped
@@ -167,23 +171,46 @@ impl Seen {
 
     /// Records that `key` is checked at `now` (ns), and answers who was
     /// checked last in its slot within `span` ns (at most [`SEEN_SPAN_MAX`]).
+    /// A slot another key stamped within the span is left to that key until
+    /// that stamp is older than the span, or until its key turns warm and
+    /// releases it ([`Self::release`]).
     pub(crate) fn touch(&self, key: &str, now: u64, span: u64) -> Last {
-        let h = self.hasher.hash_one(key);
-        let slot = &self.slots[h as usize & (self.slots.len() - 1)];
-        let tag = h >> 32;
+        let (slot, tag) = self.slot(key);
         // 0 is "never": a stamp is at least 1.
         let stamp = ((now >> SEEN_SHIFT) as u32).max(1);
-        let last = slot.swap(tag << 32 | u64::from(stamp), Ordering::Relaxed);
+        let last = slot.load(Ordering::Relaxed);
         let last_stamp = last as u32;
-        if last_stamp == 0 {
-            return Last::Cold;
-        }
         let ago = u64::from(stamp.wrapping_sub(last_stamp)) << SEEN_SHIFT;
-        match (ago < SEEN_SPAN_MAX && ago <= span, last >> 32 == tag) {
-            (false, _) => Last::Cold,
-            (true, true) => Last::This(now.saturating_sub(ago)),
-            (true, false) => Last::Other,
+        let recent = last_stamp != 0 && ago < SEEN_SPAN_MAX && ago <= span;
+        let mine = (last >> 32) & TAG == tag;
+        if recent && !mine && last & RELEASED == 0 {
+            return Last::Other;
         }
+        // Two threads may stamp at once: either stamp will do.
+        slot.store(tag << 32 | u64::from(stamp), Ordering::Relaxed);
+        if recent && mine {
+            Last::This(now.saturating_sub(ago))
+        } else {
+            Last::Cold
+        }
+    }
+
+    /// Marks `key`'s slot free for another key if `key` stamped it last: the
+    /// key has turned warm (its lease state routes it from now on). Its stamp
+    /// stays, for its own checks that race its first lease.
+    pub(crate) fn release(&self, key: &str) {
+        let (slot, tag) = self.slot(key);
+        let last = slot.load(Ordering::Relaxed);
+        if (last >> 32) & TAG == tag {
+            let _ =
+                slot.compare_exchange(last, last | RELEASED, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// `key`'s slot and tag.
+    fn slot(&self, key: &str) -> (&AtomicU64, u64) {
+        let h = self.hasher.hash_one(key);
+        (&self.slots[h as usize & (self.slots.len() - 1)], h >> 33)
     }
 }
 
@@ -211,21 +238,39 @@ mod tests {
     }
 
     #[test]
-    fn a_key_sharing_a_slot_never_takes_the_others_time() {
-        // One slot... of 256: the 257 keys below share slots.
-        let s = Seen::new(1);
-        let keys: Vec<String> = (0..257).map(|i| format!("k{i}")).collect();
-        let mut others = 0;
-        for (i, k) in keys.iter().enumerate() {
-            match s.touch(k, 10 * MS + i as u64, 500 * MS) {
-                Last::Cold => {}
-                Last::Other => others += 1,
-                Last::This(_) => panic!("{k} was never checked before"),
-            }
-        }
-        // By pigeonhole at least one key found another's stamp.
-        assert!(others >= 1);
-        assert!(matches!(s.touch("k256", 20 * MS, 500 * MS), Last::This(_)));
+    fn a_slot_another_key_stamped_is_left_to_it_until_the_stamp_is_old() {
+        let s = Seen::new(256);
+        // Two keys of one slot.
+        let slot = |k: &str| s.hasher.hash_one(k) as usize & (s.slots.len() - 1);
+        let a = "k0".to_owned();
+        let b = (1..)
+            .map(|i| format!("k{i}"))
+            .find(|k| slot(k) == slot(&a))
+            .expect("a key sharing the slot");
+        let span = 500 * MS;
+        assert_eq!(s.touch(&a, 10 * MS, span), Last::Cold);
+        // b never takes a's time for its own, and leaves the slot to a.
+        assert_eq!(s.touch(&b, 20 * MS, span), Last::Other);
+        assert_eq!(s.touch(&b, 30 * MS, span), Last::Other);
+        let Last::This(at) = s.touch(&a, 40 * MS, span) else {
+            panic!("a keeps its slot")
+        };
+        // Stamps are 65.5 µs apart: the time it was seen, to within one.
+        assert!(at.abs_diff(10 * MS) < 1 << SEEN_SHIFT, "{at}");
+        // Once a's stamp (now 40 ms) is older than the span, b takes the slot.
+        assert_eq!(s.touch(&b, 600 * MS, span), Last::Cold);
+        assert!(matches!(s.touch(&b, 700 * MS, span), Last::This(_)));
+        assert_eq!(s.touch(&a, 710 * MS, span), Last::Other);
+        // b turns warm and releases the slot; its own checks racing its first
+        // lease still find their time; a is told warm on its next two.
+        s.release(&a);
+        assert_eq!(s.touch(&a, 720 * MS, span), Last::Other, "only b frees it");
+        s.release(&b);
+        assert!(matches!(s.touch(&b, 725 * MS, span), Last::This(_)));
+        s.release(&b);
+        assert_eq!(s.touch(&a, 730 * MS, span), Last::Cold);
+        assert!(matches!(s.touch(&a, 740 * MS, span), Last::This(_)));
+        assert_eq!(s.touch(&b, 750 * MS, span), Last::Other);
     }
 
     #[test]

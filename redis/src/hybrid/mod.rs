@@ -49,9 +49,11 @@
 //! placed in its window by the limiter's last Redis time), and it
 //! stays warm while its lease lives, a denial is cached, or its last lease is
 //! under two lease lives old. A key that finds another key's recent stamp in
-//! its slot may be warm or not: it takes the lease path (exact too), its first
-//! lease unsized, so that two keys sharing a slot never stay cold together and
-//! never size a lease from each other's times. So at 100,000 keys each checked every few seconds
+//! its slot is taken as cold and leaves the slot to that key, which keeps it
+//! until its stamp is a lease life old or it turns warm (and frees it: a key
+//! with live lease state is routed by that, not by the sketch): keys sharing
+//! a slot never size a lease from each other's times, and each is told warm
+//! on its own checks. So at 100,000 keys each checked every few seconds
 //! hybrid makes the same call per check as the `redis` backend, and at 1,000
 //! keys checked many times a lease's life every key is warm.
 //!
@@ -626,11 +628,13 @@ impl HybridLimiter {
             return Route::Lease { seen: None };
         }
         match inner.seen.touch(key, now, inner.warm_span) {
-            Last::Cold => Route::Direct,
-            Last::This(at) => Route::Lease { seen: Some(at) },
-            // Maybe warm: leased, its first lease unsized (another key's
-            // time is no sample of this one's rate).
-            Last::Other => Route::Lease { seen: None },
+            Last::This(at) => {
+                // Warm: its lease state routes it from now on.
+                inner.seen.release(key);
+                Route::Lease { seen: Some(at) }
+            }
+            // A slot another key stamped: not known to be warm, so cold.
+            Last::Cold | Last::Other => Route::Direct,
         }
     }
 
