@@ -74,33 +74,15 @@ impl Entry {
             && now >= self.deny_until.load(Ordering::Relaxed)
     }
 
-    /// Whether the key is warm at `now`: a lease unexpired, a denial pending,
-    /// or a lease taken within two lease lives (`span` ns each: a key at a
-    /// steady rate leases again one check after its lease ended, which for a
-    /// window is up to a window after the one it leased in; see the module
-    /// docs' "Cold keys").
-    pub(crate) fn warm(&self, now: u64, span: u64) -> bool {
-        now < self.expires.load(Ordering::Relaxed)
-            || now < self.deny_until.load(Ordering::Relaxed)
-            || now.saturating_sub(self.last_lease.load(Ordering::Relaxed)) <= span.saturating_mul(2)
-    }
-
-    /// A key's first lease after it was checked cold at `at` (ns; now `now`):
-    /// that check's unit as the first sample of its rate, if the gap is long
-    /// enough to be a rate (a millisecond: checks closer than a round trip are
-    /// concurrent ones, which the flight serves). A key's own history from
-    /// before it went cold (its last lease older than that check) is dropped:
-    /// its rate then, read over the quiet gap, would size the next leases
-    /// small until it was learnt again. The caller holds the key's flight.
+    /// A new key's first lease after it was checked cold at `at` (ns; now
+    /// `now`): that check's unit as the first sample of its rate, if the gap
+    /// is long enough to be a rate (a millisecond: checks closer than a round
+    /// trip are concurrent ones, which the flight serves). The caller holds
+    /// the key's flight.
     pub(crate) fn seed(&self, at: u64, now: u64) {
-        let last = self.last_lease.load(Ordering::Relaxed);
-        if last < at && now.saturating_sub(at) >= SEED_GAP {
-            self.rate.store(0, Ordering::Relaxed);
+        if self.last_lease.load(Ordering::Relaxed) == 0 && now.saturating_sub(at) >= SEED_GAP {
             self.last_lease.store(at.max(1), Ordering::Relaxed);
-            // Spent since `at`: the leased units less those still in the
-            // (expired) lease word, so one.
-            let left = self.lease.load(Ordering::Relaxed) & UNITS;
-            self.leased.store(left + 1, Ordering::Relaxed);
+            self.leased.store(1, Ordering::Relaxed);
         }
     }
 

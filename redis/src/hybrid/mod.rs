@@ -43,12 +43,10 @@
 //! window for the windows): a fixed sketch of slots chosen by a seeded hash
 //! (`max_keys / 2` slots, 8 bytes each), each the last key's 32-bit tag and a
 //! `u32` stamp, remembers when keys without lease state were last checked. A
-//! key's first lease once it turns warm (new, or back after going cold: its
-//! older history, read over the quiet gap, would size its leases small until
-//! relearnt) is sized from that gap alone (one unit over it; for a window,
-//! placed in its window by the limiter's last Redis time), and it
-//! stays warm while its lease lives, a denial is cached, or its last lease is
-//! under two lease lives old. A key that finds another key's recent stamp in
+//! key's first lease once it turns warm is sized from that gap (one unit over
+//! it; for a window, placed in its window by the limiter's last Redis time).
+//! A key with lease state stays on the lease path, its own history sizing its
+//! leases, until the key map drops it as idle. A key that finds another key's recent stamp in
 //! its slot is taken as cold and leaves the slot to that key, which keeps it
 //! until its stamp is a lease life old or it turns warm (and frees it: a key
 //! with live lease state is routed by that, not by the sketch): keys sharing
@@ -624,7 +622,10 @@ impl HybridLimiter {
     pub(crate) fn route(&self, key: &str) -> Route {
         let inner = &*self.inner;
         let now = inner.now();
-        if inner.keys.with(key, |e| e.warm(now, inner.warm_span)) == Some(true) {
+        // A key with lease state keeps to the lease path: its own history
+        // sizes its leases (a key of a flood that went quiet between floods
+        // is not made cold by the gap).
+        if inner.keys.with(key, |_| ()).is_some() {
             return Route::Lease { seen: None };
         }
         match inner.seen.touch(key, now, inner.warm_span) {
