@@ -38,20 +38,20 @@
 //! front, which only counts what leases admitted and is only asked for keys
 //! with lease state: the front may then deny a little later than it could
 //! (a round trip later, after which the negative cache answers), never
-//! earlier. A key becomes warm when it is checked again
-//! within a lease's life ([`HybridConfig::lease_ttl`] for the buckets, the
-//! window for the windows): a fixed sketch of slots chosen by a seeded hash
-//! (`max_keys / 2` slots, 8 bytes each), each the last key's 32-bit tag and a
+//! earlier. A key becomes warm when it is checked again within a lease's
+//! life ([`HybridConfig::lease_ttl`] for the buckets, the window for the
+//! windows): a fixed sketch of slots chosen by a seeded hash (`max_keys / 2`
+//! slots, 8 bytes each), each the last key's 31-bit tag, a released bit and a
 //! `u32` stamp, remembers when keys without lease state were last checked. A
 //! key's first lease once it turns warm is sized from that gap (one unit over
 //! it; for a window, placed in its window by the limiter's last Redis time).
 //! A key with lease state stays on the lease path, its own history sizing its
-//! leases, until the key map drops it as idle. A key that finds another key's recent stamp in
-//! its slot is taken as cold and leaves the slot to that key, which keeps it
-//! until its stamp is a lease life old or it turns warm (and frees it: a key
-//! with live lease state is routed by that, not by the sketch): keys sharing
-//! a slot never size a lease from each other's times, and each is told warm
-//! on its own checks. So at 100,000 keys each checked every few seconds
+//! leases, until the key map drops it as idle. A key that finds another key's
+//! recent stamp in its slot is taken as cold and leaves the slot to that key,
+//! which keeps it until its stamp is a lease life old or it turns warm (and
+//! releases it: a key with lease state is routed by that, not by the
+//! sketch): keys sharing a slot never size a lease from each other's times,
+//! and each is told warm on its own checks. So at 100,000 keys each checked every few seconds
 //! hybrid makes the same call per check as the `redis` backend, and at 1,000
 //! keys checked many times a lease's life every key is warm.
 //!
