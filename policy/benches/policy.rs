@@ -57,19 +57,35 @@ fn bench(c: &mut Criterion) {
     let policy = Policy::from_toml(&rules()).unwrap();
     let mut d = Decision::new();
     let (mut i, mut now) = (0usize, 0u64);
+    // The 20-rule check of `policy`, the next IP and a microsecond later each time.
+    let mut check20 = |policy: &Policy, d: &mut Decision| {
+        i = (i + 1) & 1023;
+        now += 1_000;
+        let attrs = [
+            ("ip", ips[i].as_str()),
+            ("path", "/api/items"),
+            ("method", "GET"),
+        ];
+        policy.check_n_at_into(&attrs, 1, now, d);
+        black_box(d.allowed())
+    };
     g.bench_function("policy 20 rules, 3 match", |b| {
-        b.iter(|| {
-            i = (i + 1) & 1023;
-            now += 1_000;
-            let attrs = [
-                ("ip", ips[i].as_str()),
-                ("path", "/api/items"),
-                ("method", "GET"),
-            ];
-            policy.check_n_at_into(&attrs, 1, now, &mut d);
-            black_box(d.allowed())
-        })
+        b.iter(|| check20(&policy, &mut d))
     });
+    // With `--features shared`: the same rules with their keyed state in a
+    // shared-memory region (`[shared]`), whose keys hash as text.
+    #[cfg(feature = "shared")]
+    {
+        let path = std::env::temp_dir().join(format!("sg-bench-policy-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let shared = format!("[shared]\npath = \"{}\"\n\n{}", path.display(), rules());
+        let policy = Policy::from_toml(&shared).unwrap();
+        g.bench_function("policy 20 rules, 3 match, shared region", |b| {
+            b.iter(|| check20(&policy, &mut d))
+        });
+        drop(policy);
+        let _ = std::fs::remove_file(&path);
+    }
     // The async check of the same local policy, polled once: it never awaits.
     let mut cx = Context::from_waker(Waker::noop());
     g.bench_function("policy 20 rules, 3 match, async", |b| {
@@ -87,30 +103,6 @@ fn bench(c: &mut Criterion) {
             black_box(ready && d.allowed())
         })
     });
-    // With `--features shared`: the same rules with their keyed state in a
-    // shared-memory region (`[shared]`), whose keys hash as text.
-    #[cfg(feature = "shared")]
-    {
-        let path = std::env::temp_dir().join(format!("sg-bench-policy-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let shared = format!("[shared]\npath = \"{}\"\n\n{}", path.display(), rules());
-        let policy = Policy::from_toml(&shared).unwrap();
-        g.bench_function("policy 20 rules, 3 match, shared region", |b| {
-            b.iter(|| {
-                i = (i + 1) & 1023;
-                now += 1_000;
-                let attrs = [
-                    ("ip", ips[i].as_str()),
-                    ("path", "/api/items"),
-                    ("method", "GET"),
-                ];
-                policy.check_n_at_into(&attrs, 1, now, &mut d);
-                black_box(d.allowed())
-            })
-        });
-        drop(policy);
-        let _ = std::fs::remove_file(&path);
-    }
     g.finish();
 }
 

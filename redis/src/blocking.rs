@@ -453,8 +453,7 @@ impl HybridLimiter {
         let route = self.inner.route(key);
         // A cold key's plain check, on this thread's own connection when the
         // pool has one: as the `redis` backend's check.
-        if route == Route::Direct {
-            let t0 = self.inner.now_ns();
+        if let Route::Direct { t0 } = route {
             if let Some(r) = self.inner.remote().call_direct(key, n, Mode::Consume) {
                 self.inner.counted_round_trip();
                 return self.inner.direct_answer(key, n, t0, r);

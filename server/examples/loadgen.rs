@@ -1142,15 +1142,18 @@ mod tests {
         let redis = vec![with_calls(Backend::Redis, 1000.0, 1.0)];
         let mut hybrid = vec![with_calls(Backend::Hybrid, 950.0, 0.08)];
         hybrid[0].backend_errors = Some(0);
-        let args = parse(&[
-            "--backend",
-            "redis,hybrid",
-            "--redis",
-            "redis://127.0.0.1:1",
-            "--distinct",
-            "1000",
-        ])
-        .expect("flags");
+        let at = |distinct: &str| {
+            parse(&[
+                "--backend",
+                "redis,hybrid",
+                "--redis",
+                "redis://127.0.0.1:1",
+                "--distinct",
+                distinct,
+            ])
+            .expect("flags")
+        };
+        let args = at("1000");
         let local = vec![run_of(Backend::Local, 1000.0, 10.0, 500.0)];
         let text = summary(&args, &[local.clone(), redis.clone(), hybrid.clone()], &[]);
         assert!(
@@ -1175,15 +1178,7 @@ mod tests {
             "{text}"
         );
         // At 100,000 values the share is reported, with no target.
-        let args = parse(&[
-            "--backend",
-            "redis,hybrid",
-            "--redis",
-            "redis://127.0.0.1:1",
-            "--distinct",
-            "100000",
-        ])
-        .expect("flags");
+        let args = at("100000");
         let text = summary(&args, &[local, redis, hybrid], &[]);
         assert!(
             text.contains("hybrid / local decisions/s: 0.95\n"),

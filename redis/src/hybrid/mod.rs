@@ -309,7 +309,11 @@ struct HybridInner {
 impl HybridInner {
     /// Records a reply's Redis-time offset (windows).
     fn note_offset(&self, offset: u64) {
-        if self.window_ns != 0 {
+        // Stored when it moved by over a millisecond (it only places a first
+        // lease in its window): no shared write on every reply.
+        if self.window_ns != 0
+            && self.redis_offset.load(Ordering::Relaxed).abs_diff(offset) > 1_000_000
+        {
             self.redis_offset.store(offset, Ordering::Relaxed);
         }
     }
@@ -635,7 +639,7 @@ impl HybridLimiter {
                 Route::Lease { seen: Some(at) }
             }
             // A slot another key stamped: not known to be warm, so cold.
-            Last::Cold | Last::Other => Route::Direct,
+            Last::Cold | Last::Other => Route::Direct { t0: now },
         }
     }
 
@@ -647,11 +651,13 @@ impl HybridLimiter {
         route: Route,
     ) -> Result<Verdict, Error> {
         let inner = &*self.inner;
-        let Route::Lease { seen } = route else {
-            self.counted_round_trip();
-            let t0 = inner.now();
-            let r = inner.remote.try_check_n(key, n).await;
-            return self.direct_answer(key, n, t0, r);
+        let seen = match route {
+            Route::Direct { t0 } => {
+                self.counted_round_trip();
+                let r = inner.remote.try_check_n(key, n).await;
+                return self.direct_answer(key, n, t0, r);
+            }
+            Route::Lease { seen } => seen,
         };
         let limit = inner.remote.limit().capacity();
         let entry = inner.keys.entry(key, inner.now());
@@ -667,11 +673,6 @@ impl HybridLimiter {
             entry.seed(at, inner.now());
         }
         self.lease(&entry, key, n).await
-    }
-
-    /// Now on the limiter's clock (ns).
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.inner.now()
     }
 
     /// Counts a round trip.
@@ -716,8 +717,9 @@ impl HybridLimiter {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
     /// A cold key: one plain check, as the `redis` backend makes; no lease
-    /// state is kept for it.
-    Direct,
+    /// state is kept for it. `t0`: when it was routed, before the call is
+    /// sent (a denial is cached from then).
+    Direct { t0: u64 },
     /// A warm key: its lease (`seen`: when a cold key was last checked, the
     /// first sample of its rate).
     Lease { seen: Option<u64> },
